@@ -1,0 +1,190 @@
+"""Typed settings: clusters, WAN links and scheduling policy, loaded from YAML.
+
+Every model here is strict (unknown keys are errors) so that a typo in a YAML
+file fails at load time with the file, the field and the reason, instead of
+silently falling back to a default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+"""Root of the checkout; built-in data and profiles are found relative to it."""
+
+DEMO_DIR = REPO_ROOT / "config" / "demo"
+"""The built-in demo profile: three simulated clusters, no real cluster needed."""
+
+DATA_DIR = REPO_ROOT / "data"
+"""Measured data shipped with the project (see data/README.md for sources and licences)."""
+
+Usage = Literal["training", "inference", "hybrid"]
+"""Node pool a node belongs to, as in the seed's `<domain>/node.usage` label and taint."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Taint(_Strict):
+    """A Kubernetes node taint."""
+
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class NodeGroup(_Strict):
+    """`count` identical GPU nodes. Labels and taints follow the seed's scheme.
+
+    Each node gets `<label_domain>/node.usage=<usage>`, `nvidia.com/gpu.product`,
+    `nvidia.com/gpu.count` and `nvidia.com/gpu.memory` (MiB) labels, and taints on
+    `<label_domain>/node.usage` and `nvidia.com/gpu.product` so that only jobs that
+    tolerate both land there.
+    """
+
+    name: str = Field(description="Node name prefix; nodes are named <name>-0, <name>-1, ...")
+    count: int = Field(1, ge=1, description="How many identical nodes the group holds.")
+    gpu_product: str = Field(
+        description="Value of the nvidia.com/gpu.product label, e.g. Tesla-V100-SXM2-16GB."
+    )
+    gpus_per_node: int = Field(ge=1, description="GPUs on each node (nvidia.com/gpu.count).")
+    gpu_memory_gb: float = Field(gt=0, description="Memory of one GPU in GB (nvidia.com/gpu.memory).")
+    cpu_cores: float = Field(gt=0, description="Allocatable CPU cores on each node.")
+    memory_gb: float = Field(64, gt=0, description="Allocatable host memory on each node, GB.")
+    usage: Usage = Field("training", description="Node pool: training, inference or hybrid.")
+    extra_labels: dict[str, str] = Field(default_factory=dict, description="Labels beyond the scheme.")
+    extra_taints: tuple[Taint, ...] = Field((), description="Taints beyond the scheme.")
+
+
+class Cluster(_Strict):
+    """One Kubernetes cluster and where to reach its services."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="DNS-1123 cluster name.")
+    location: str = Field("", description="Where it is, for people (city, site).")
+    kube_context: str | None = Field(None, description="kubeconfig context of the real cluster; none = simulated.")
+    prometheus_url: str | None = Field(None, description="Prometheus base URL with DCGM metrics.")
+    registry: str | None = Field(None, description="OCI registry host:port images are copied to.")
+    node_groups: tuple[NodeGroup, ...] = Field(min_length=1, description="The cluster's GPU nodes.")
+
+
+class ClustersConfig(_Strict):
+    """All clusters cpn schedules onto, and the WAN between them."""
+
+    label_domain: str = Field(
+        "maip.mxsf.io", description="Company domain prefix of the node.usage label and taint."
+    )
+    clusters: tuple[Cluster, ...] = Field(min_length=1)
+    wan_gbps: dict[str, dict[str, Annotated[float, Field(gt=0)]]] = Field(
+        default_factory=dict,
+        description="WAN bandwidth in Gbit/s from cluster to cluster; symmetric if only one "
+        "direction is given. Every pair of distinct clusters must be covered.",
+    )
+
+    @model_validator(mode="after")
+    def _check_names_and_links(self) -> ClustersConfig:
+        names = [c.name for c in self.clusters]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"cluster names must be unique; repeated: {', '.join(dupes)}")
+        known = set(names)
+        for src, row in self.wan_gbps.items():
+            for dst in (src, *row):
+                if dst not in known:
+                    raise ValueError(f"wan_gbps names unknown cluster {dst!r}; known: {sorted(known)}")
+        missing = [
+            f"{a}->{b}"
+            for a in names
+            for b in names
+            if a != b and b not in self.wan_gbps.get(a, {}) and a not in self.wan_gbps.get(b, {})
+        ]
+        if missing:
+            raise ValueError(f"wan_gbps has no bandwidth for {', '.join(missing)}")
+        return self
+
+    def bandwidth_gbps(self, src: str, dst: str) -> float:
+        """WAN bandwidth between two clusters (inf within one cluster)."""
+        if src == dst:
+            return float("inf")
+        if dst in self.wan_gbps.get(src, {}):
+            return self.wan_gbps[src][dst]
+        return self.wan_gbps[dst][src]
+
+    def cluster(self, name: str) -> Cluster:
+        """The cluster called `name`; KeyError naming the known ones otherwise."""
+        for c in self.clusters:
+            if c.name == name:
+                return c
+        raise KeyError(f"unknown cluster {name!r}; known: {[c.name for c in self.clusters]}")
+
+
+class PolicySettings(_Strict):
+    """How the scheduler decides."""
+
+    name: str = Field("fifo", description="Policy name, as listed by `cpn policies`.")
+    cpu_threshold: float = Field(
+        0.7, gt=0, le=1, description="A node whose CPU load is above this fraction takes no more jobs."
+    )
+    round_interval_s: float = Field(60, gt=0, description="Seconds between live scheduling rounds.")
+
+
+class DemoSettings(_Strict):
+    """The built-in end-to-end demo on simulated clusters."""
+
+    jobs: int = Field(100, ge=1, description="How many jobs the generated queue holds.")
+    seed: int = Field(0, description="Seed of the queue generator and the simulator.")
+    arrival_window_s: float = Field(
+        0, ge=0, description="Jobs arrive uniformly over this many seconds (0 = all at once)."
+    )
+
+
+class ConfigError(ValueError):
+    """A config file is invalid; the message names the file, the field and the reason."""
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_model(path: Path | str, model: type[M]) -> M:
+    """Load one YAML file into `model`, or raise ConfigError naming file, field and reason."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    try:
+        return model.model_validate(raw if raw is not None else {})
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {format_validation_error(exc)}") from None
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per problem: `field.path: reason`."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"{loc}: {err['msg']}")
+    return "; ".join(lines)
+
+
+class Profile(_Strict):
+    """Everything one run needs, from one config folder (clusters.yaml, policy.yaml, demo.yaml)."""
+
+    clusters: ClustersConfig
+    policy: PolicySettings = PolicySettings()
+    demo: DemoSettings = DemoSettings()
+
+
+def load_profile(folder: Path | str = DEMO_DIR) -> Profile:
+    """Load a config folder; `policy.yaml` and `demo.yaml` are optional."""
+    folder = Path(folder)
+    clusters = load_model(folder / "clusters.yaml", ClustersConfig)
+    policy = load_model(folder / "policy.yaml", PolicySettings) if (folder / "policy.yaml").exists() else None
+    demo = load_model(folder / "demo.yaml", DemoSettings) if (folder / "demo.yaml").exists() else None
+    return Profile(clusters=clusters, policy=policy or PolicySettings(), demo=demo or DemoSettings())

@@ -1,0 +1,47 @@
+"""The cluster-gateway port: inventory, submit, and job events.
+
+Implemented by the simulated clusters (cpn.sim) and, later, by the Kubernetes
+adapter. One contract test suite runs against every implementation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from cpn.inventory import NodeState
+from cpn.jobs import JobSpec
+from cpn.policies.base import Placement
+
+EventKind = Literal["running", "succeeded", "failed"]
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """Something that happened to a submitted job on a cluster."""
+
+    job_id: str
+    kind: EventKind
+    time: float
+    reason: str = ""
+    """Why it failed (`OOMKilled`, ...) or other detail."""
+
+
+class SubmitRejected(RuntimeError):
+    """The cluster refused the job (no such node, not enough free GPUs, invalid manifest)."""
+
+
+class ClusterGateway(Protocol):
+    """What cpn needs from a set of clusters."""
+
+    def inventory(self) -> tuple[NodeState, ...]:
+        """Every node with its current free capacity."""
+        ...
+
+    def submit(self, job: JobSpec, placement: Placement) -> None:
+        """Start `job` as placed; raise SubmitRejected if the cluster refuses it."""
+        ...
+
+    def poll_events(self) -> list[JobEvent]:
+        """Events since the last call, oldest first."""
+        ...

@@ -1,0 +1,92 @@
+"""What the clusters have: nodes with their GPUs, labels and taints, and free capacity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from config.settings import ClustersConfig, Taint
+from cpn.gpus import canonical_gpu
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One GPU node as the Kubernetes API describes it."""
+
+    cluster: str
+    name: str
+    gpu_product: str
+    """The nvidia.com/gpu.product label, as spelled on the node."""
+    gpu_count: int
+    gpu_memory_gb: float
+    cpu_cores: float
+    usage: str
+    """Node pool: training, inference or hybrid."""
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[Taint, ...] = ()
+
+    @property
+    def gpu_type(self) -> str:
+        """Canonical GPU key (see cpn.gpus)."""
+        return canonical_gpu(self.gpu_product)
+
+    @property
+    def key(self) -> str:
+        """`cluster/node`, unique across clusters."""
+        return f"{self.cluster}/{self.name}"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node and what is free on it now."""
+
+    node: Node
+    free_gpus: int
+    """Cards with no job on them."""
+    cpu_used: float = 0.0
+    """CPU cores requested by running jobs (or measured, for live clusters)."""
+    running: tuple[str, ...] = field(default=())
+    """Ids of the jobs on the node."""
+
+    @property
+    def cpu_load(self) -> float:
+        """Fraction of the node's CPU in use."""
+        return self.cpu_used / self.node.cpu_cores
+
+
+def nodes_from_config(config: ClustersConfig) -> tuple[Node, ...]:
+    """Expand every cluster's node groups into nodes labelled and tainted per the seed's scheme."""
+    usage_key = f"{config.label_domain}/node.usage"
+    nodes = []
+    for cluster in config.clusters:
+        for group in cluster.node_groups:
+            labels = {
+                usage_key: group.usage,
+                GPU_PRODUCT_LABEL: group.gpu_product,
+                GPU_COUNT_LABEL: str(group.gpus_per_node),
+                GPU_MEMORY_LABEL: str(int(group.gpu_memory_gb * 1024)),
+                **group.extra_labels,
+            }
+            taints = (
+                Taint(key=usage_key, value=group.usage),
+                Taint(key=GPU_PRODUCT_LABEL, value=group.gpu_product),
+                *group.extra_taints,
+            )
+            for i in range(group.count):
+                nodes.append(
+                    Node(
+                        cluster=cluster.name,
+                        name=f"{group.name}-{i}",
+                        gpu_product=group.gpu_product,
+                        gpu_count=group.gpus_per_node,
+                        gpu_memory_gb=group.gpu_memory_gb,
+                        cpu_cores=group.cpu_cores,
+                        usage=group.usage,
+                        labels=tuple(sorted(labels.items())),
+                        taints=taints,
+                    )
+                )
+    return tuple(nodes)
