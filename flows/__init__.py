@@ -1,0 +1,1 @@
+"""Prefect flows: one per pipeline stage, plus the end-to-end chain."""

@@ -1,0 +1,1 @@
+"""Prefect tasks: thin wrappers, one per pipeline step, with no logic of their own."""

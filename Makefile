@@ -1,0 +1,20 @@
+# Two entry points for a fresh machine with Python >= 3.11: `make demo` and `make test`.
+PYTHON ?= python3
+UV = $(PYTHON) -m uv
+OUT ?= out/demo
+
+.PHONY: install demo test lint
+
+install:  ## create .venv with the locked dependencies
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check uv
+	$(UV) sync --frozen --quiet
+
+demo: install  ## the end-to-end demo on the built-in simulated clusters
+	$(UV) run --frozen cpn demo --out $(OUT)
+
+test: install  ## the whole test suite (unit, contract, integration with real local servers, end-to-end)
+	$(UV) run --frozen pytest -q
+
+lint: install  ## ruff and the import-layer contracts
+	$(UV) run --frozen ruff check .
+	$(UV) run --frozen lint-imports

@@ -1,0 +1,49 @@
+"""The `cpn` command line. Each sub-command lives in its own module with a `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMAND_MODULES = (
+    "cpn.cli.demo",
+    "cpn.cli.intake",
+    "cpn.cli.predictor",
+    "cpn.cli.bench",
+)
+"""Modules that add sub-commands; a module not written yet is skipped."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, with every sub-command registered."""
+    parser = argparse.ArgumentParser(
+        prog="cpn",
+        description="cpn: a wide-area scheduler for GPU jobs across Kubernetes clusters.",
+        epilog="Run `cpn COMMAND --help` for a command's options. Start with `cpn demo`.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `cpn` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Pictures of a run a person would rather look at than read (PNG, matplotlib)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from cpn.inventory import Node  # noqa: E402
+
+
+class Execution(Protocol):
+    """A job holding specific cards of one node from `start` to `end`."""
+
+    job_id: str
+    cluster: str
+    node: str
+    gpus: tuple[int, ...]
+    start: float
+    end: float
+    outcome: str
+
+
+def gantt(executions: Sequence[Execution], nodes: Sequence[Node], path: Path, title: str = "") -> Path:
+    """One row per GPU card, grouped by cluster and node; bars are executions, failures hatched red."""
+    rows: dict[tuple[str, str, int], int] = {}
+    for node in nodes:
+        for g in range(node.gpu_count):
+            rows[(node.cluster, node.name, g)] = len(rows)
+    cmap = plt.get_cmap("tab20")
+    colours: dict[str, tuple] = {}
+    height = max(4.0, min(0.12 * len(rows) + 1.5, 30.0))
+    fig, ax = plt.subplots(figsize=(14, height))
+    for ex in executions:
+        duration_h = (ex.end - ex.start) / 3600
+        colour = colours.setdefault(ex.job_id, cmap(len(colours) % 20))
+        failed = ex.outcome != "succeeded"
+        for g in ex.gpus:
+            ax.barh(
+                rows[(ex.cluster, ex.node, g)],
+                duration_h,
+                left=ex.start / 3600,
+                height=0.85,
+                color="#d62728" if failed else colour,
+                hatch="//" if failed else None,
+                edgecolor="black" if failed else "none",
+                linewidth=0.3,
+            )
+    ticks, labels, previous = [], [], None
+    for (cluster, node, g), y in rows.items():
+        if (cluster, node) != previous:
+            ticks.append(y)
+            labels.append(f"{cluster}/{node}")
+            if previous is not None:
+                ax.axhline(y - 0.5, color="grey", linewidth=0.4)
+            previous = (cluster, node)
+    ax.set_yticks(ticks, labels, fontsize=7)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("time (hours)")
+    ax.set_title(title or "GPU occupancy (one row per card; red hatched = failed run)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def jct_cdf(jcts: Mapping[str, Sequence[float]], path: Path, title: str = "Job completion time CDF") -> Path:
+    """Empirical CDF of job completion times, one line per policy."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, values in jcts.items():
+        if not len(values):
+            continue
+        xs = np.sort(np.asarray(values)) / 3600
+        ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (hours, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def utilization_over_time(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: Path, title: str = "GPU utilisation"
+) -> Path:
+    """Fraction of GPUs busy over time, one line per policy; series maps name -> (times_s, fraction)."""
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for name, (times, frac) in series.items():
+        ax.step(np.asarray(times) / 3600, frac, where="post", label=name)
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel("GPUs busy (fraction)")
+    ax.set_ylim(0, 1.05)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def busy_fraction(executions: Sequence[Execution], total_gpus: int) -> tuple[list[float], list[float]]:
+    """Step series of the fraction of GPUs held, from executions."""
+    deltas: dict[float, int] = {}
+    for ex in executions:
+        deltas[ex.start] = deltas.get(ex.start, 0) + len(ex.gpus)
+        deltas[ex.end] = deltas.get(ex.end, 0) - len(ex.gpus)
+    times, fracs, level = [], [], 0
+    for t in sorted(deltas):
+        level += deltas[t]
+        times.append(t)
+        fracs.append(level / total_gpus)
+    return times, fracs

@@ -1,0 +1,144 @@
+"""Figures of a run: completion times, waits, makespan, GPU utilisation.
+
+Computed from the job store's recorded transitions (the same store the live
+service writes), so a simulated run and a real one are measured the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from cpn.inventory import Node
+from cpn.jobs import JobState
+from cpn.plots import Execution, gantt
+from cpn.store import JobStore
+
+OOM_REASON = "OOMKilled"
+"""Failure reason a cluster gives for a job killed for exceeding GPU memory."""
+
+LARGE_JOB_GPUS = 4
+"""Jobs with at least this many GPUs count as large for the starvation figure."""
+
+
+@dataclass(frozen=True)
+class JobTimeline:
+    """When one job arrived, first ran and ended, and how."""
+
+    job_id: str
+    num_gpus: int
+    queued_at: float
+    started_at: float | None
+    ended_at: float | None
+    state: JobState
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Busy:
+    """GPUs held by a job from `start` to `end` (an execution, successful or not)."""
+
+    num_gpus: int
+    start: float
+    end: float
+
+
+def timelines(store: JobStore) -> list[JobTimeline]:
+    """One timeline per job in the store, from its recorded transitions."""
+    out = []
+    for record, history in store.timelines():
+        queued = next(t.time for t in history if t.to_state == JobState.QUEUED)
+        started = next((t.time for t in history if t.to_state == JobState.RUNNING), None)
+        last = history[-1]
+        ended = last.time if record.state in (JobState.SUCCEEDED, JobState.FAILED) else None
+        out.append(
+            JobTimeline(
+                job_id=record.spec.job_id,
+                num_gpus=record.spec.num_gpus,
+                queued_at=queued,
+                started_at=started,
+                ended_at=ended,
+                state=record.state,
+                reason=last.reason,
+            )
+        )
+    return out
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+def summarize(jobs: Sequence[JobTimeline], busy: Iterable[Busy], total_gpus: int) -> dict[str, float | int | None]:
+    """The run's figures; time figures in seconds, `None` where no job qualifies.
+
+    JCT counts succeeded jobs (end - arrival); waits count jobs that started
+    (first start - arrival); utilisation is GPU-seconds held by any execution
+    over total GPUs x makespan.
+    """
+    succeeded = [j for j in jobs if j.state == JobState.SUCCEEDED]
+    failed = [j for j in jobs if j.state == JobState.FAILED]
+    jct = [j.ended_at - j.queued_at for j in succeeded]
+    started = [j for j in jobs if j.started_at is not None]
+    waits = [j.started_at - j.queued_at for j in started]
+    waits_large = [j.started_at - j.queued_at for j in started if j.num_gpus >= LARGE_JOB_GPUS]
+    waits_small = [j.started_at - j.queued_at for j in started if j.num_gpus == 1]
+    start = min((j.queued_at for j in jobs), default=0.0)
+    end = max((j.ended_at for j in jobs if j.ended_at is not None), default=start)
+    makespan = end - start
+    gpu_seconds = sum(b.num_gpus * (b.end - b.start) for b in busy)
+    return {
+        "jobs": len(jobs),
+        "succeeded": len(succeeded),
+        "failed": len(failed),
+        "oom": sum(1 for j in failed if OOM_REASON in j.reason),
+        "unfinished": len(jobs) - len(succeeded) - len(failed),
+        "makespan_s": makespan,
+        "mean_jct_s": _mean(jct),
+        "p50_jct_s": _pct(jct, 50),
+        "p99_jct_s": _pct(jct, 99),
+        "mean_wait_s": _mean(waits),
+        "p99_wait_s": _pct(waits, 99),
+        "p99_wait_s_large": _pct(waits_large, 99),
+        "p99_wait_s_small": _pct(waits_small, 99),
+        "gpu_utilization": gpu_seconds / (total_gpus * makespan) if makespan > 0 and total_gpus else 0.0,
+    }
+
+
+def format_summary(summary: dict[str, float | int | None], title: str = "") -> str:
+    """A plain-text table of a summary, times in hours where they read better."""
+    lines = [title] if title else []
+    for key, value in summary.items():
+        if value is None:
+            shown = "-"
+        elif key.endswith("_s"):
+            shown = f"{value:,.0f} s ({value / 3600:.2f} h)"
+        elif isinstance(value, float):
+            shown = f"{value:.3f}"
+        else:
+            shown = f"{value:,}"
+        lines.append(f"  {key:<20} {shown}")
+    return "\n".join(lines)
+
+
+def write_run_report(
+    store: JobStore, executions: Sequence[Execution], nodes: Sequence[Node], out_dir: Path | str, title: str = ""
+) -> dict[str, float | int | None]:
+    """Write `summary.json` and `gantt.png` to `out_dir`; return the summary."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    total_gpus = sum(n.gpu_count for n in nodes)
+    busy = [Busy(len(e.gpus), e.start, e.end) for e in executions]
+    summary = summarize(timelines(store), busy, total_gpus)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    gantt(executions, nodes, out / "gantt.png", title=title)
+    return summary

@@ -1,0 +1,55 @@
+"""The end-to-end demo: generated jobs -> intake -> scheduling rounds on simulated clusters -> report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+
+from config.settings import DEMO_DIR
+from cpn.bootstrap import build_simulation
+from cpn.report import format_summary
+from cpn.throughput import GAVEL_ISOLATED, ThroughputTable
+from tasks.config import load_settings
+from tasks.intake import accept_manifests, generate_manifests
+from tasks.report import write_report
+from tasks.simulate import schedule_until_drained
+
+
+@flow(name="cpn-demo", log_prints=True)
+def demo(
+    config_dir: str = str(DEMO_DIR),
+    out: str = "out/demo",
+    policy: str | None = None,
+    jobs: int | None = None,
+    seed: int | None = None,
+) -> dict:
+    """Run the whole pipeline on the simulated clusters of `config_dir` and write a report to `out`.
+
+    `policy`, `jobs` and `seed` override the profile's policy.yaml and demo.yaml.
+    """
+    logger = get_run_logger()
+    profile = load_settings(config_dir)
+    policy_name = policy or profile.policy.name
+    n_jobs = jobs or profile.demo.jobs
+    run_seed = profile.demo.seed if seed is None else seed
+    table = ThroughputTable.load(GAVEL_ISOLATED)
+
+    manifests = generate_manifests(profile.clusters, table, n_jobs, run_seed, profile.demo.arrival_window_s)
+    accepted = accept_manifests(manifests)
+    logger.info("intake accepted %d of %d generated manifests", len(accepted), len(manifests))
+
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    store_path = out_dir / "jobs.db"
+    store_path.unlink(missing_ok=True)
+    sim = build_simulation(profile, store_path, policy=policy_name)
+    result = schedule_until_drained(sim, accepted)
+    if result.stuck:
+        logger.warning("%d jobs could never be placed: %s", len(result.stuck), ", ".join(result.stuck[:5]))
+
+    title = f"cpn demo: {len(accepted)} jobs, policy {policy_name}, seed {run_seed}"
+    summary = write_report(sim, str(out_dir), title)
+    print(format_summary(summary, title=title))
+    print(f"wrote {out_dir / 'summary.json'}, {out_dir / 'gantt.png'} and the job store {store_path}")
+    return summary

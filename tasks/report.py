@@ -1,0 +1,15 @@
+"""Reporting tasks."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from cpn.bootstrap import Simulation
+from cpn.report import write_run_report
+
+
+@task(cache_policy=NO_CACHE)
+def write_report(sim: Simulation, out_dir: str, title: str) -> dict:
+    """summary.json and gantt.png of a finished run."""
+    return write_run_report(sim.store, sim.gateway.executions, sim.nodes, out_dir, title=title)
