@@ -66,7 +66,9 @@ class Cluster(_Strict):
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="DNS-1123 cluster name.")
     location: str = Field("", description="Where it is, for people (city, site).")
-    kube_context: str | None = Field(None, description="kubeconfig context of the real cluster; none = simulated.")
+    kube_context: str | None = Field(
+        None, description="kubeconfig context of the real cluster; none = simulated."
+    )
     prometheus_url: str | None = Field(None, description="Prometheus base URL with DCGM metrics.")
     registry: str | None = Field(None, description="OCI registry host:port images are copied to.")
     node_groups: tuple[NodeGroup, ...] = Field(min_length=1, description="The cluster's GPU nodes.")

@@ -33,7 +33,7 @@ def gantt(executions: Sequence[Execution], nodes: Sequence[Node], path: Path, ti
     for node in nodes:
         for g in range(node.gpu_count):
             rows[(node.cluster, node.name, g)] = len(rows)
-    cmap = plt.get_cmap("tab20")
+    cmap = plt.get_cmap("tab20b")
     colours: dict[str, tuple] = {}
     height = max(4.0, min(0.12 * len(rows) + 1.5, 30.0))
     fig, ax = plt.subplots(figsize=(14, height))
@@ -47,13 +47,13 @@ def gantt(executions: Sequence[Execution], nodes: Sequence[Node], path: Path, ti
                 duration_h,
                 left=ex.start / 3600,
                 height=0.85,
-                color="#d62728" if failed else colour,
-                hatch="//" if failed else None,
-                edgecolor="black" if failed else "none",
+                color="white" if failed else colour,
+                hatch="xxxx" if failed else None,
+                edgecolor="#b00000" if failed else "none",
                 linewidth=0.3,
             )
     ticks, labels, previous = [], [], None
-    for (cluster, node, g), y in rows.items():
+    for (cluster, node, _gpu), y in rows.items():
         if (cluster, node) != previous:
             ticks.append(y)
             labels.append(f"{cluster}/{node}")
@@ -63,7 +63,7 @@ def gantt(executions: Sequence[Execution], nodes: Sequence[Node], path: Path, ti
     ax.set_yticks(ticks, labels, fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlabel("time (hours)")
-    ax.set_title(title or "GPU occupancy (one row per card; red hatched = failed run)")
+    ax.set_title(title or "GPU occupancy (one row per card; red cross-hatched = failed run)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

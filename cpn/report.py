@@ -6,10 +6,9 @@ service writes), so a simulated run and a real one are measured the same way.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-import json
 from pathlib import Path
 
 import numpy as np
@@ -50,21 +49,24 @@ class Busy:
 
 def timelines(store: JobStore) -> list[JobTimeline]:
     """One timeline per job in the store, from its recorded transitions."""
+    history: dict[str, list] = {}
+    for t in store.transitions_all():
+        history.setdefault(t.job_id, []).append(t)
     out = []
-    for record, history in store.timelines():
-        queued = next(t.time for t in history if t.to_state == JobState.QUEUED)
-        started = next((t.time for t in history if t.to_state == JobState.RUNNING), None)
-        last = history[-1]
-        ended = last.time if record.state in (JobState.SUCCEEDED, JobState.FAILED) else None
+    for record in store.jobs():
+        moves = history[record.job_id]
+        queued = next(t.time for t in moves if t.to_state == JobState.QUEUED)
+        started = next((t.time for t in moves if t.to_state == JobState.RUNNING), None)
+        ended = moves[-1].time if record.state in (JobState.SUCCEEDED, JobState.FAILED) else None
         out.append(
             JobTimeline(
-                job_id=record.spec.job_id,
+                job_id=record.job_id,
                 num_gpus=record.spec.num_gpus,
                 queued_at=queued,
                 started_at=started,
                 ended_at=ended,
                 state=record.state,
-                reason=last.reason,
+                reason=moves[-1].reason,
             )
         )
     return out
@@ -78,7 +80,9 @@ def _mean(values: Sequence[float]) -> float | None:
     return float(np.mean(values)) if len(values) else None
 
 
-def summarize(jobs: Sequence[JobTimeline], busy: Iterable[Busy], total_gpus: int) -> dict[str, float | int | None]:
+def summarize(
+    jobs: Sequence[JobTimeline], busy: Iterable[Busy], total_gpus: int
+) -> dict[str, float | int | None]:
     """The run's figures; time figures in seconds, `None` where no job qualifies.
 
     JCT counts succeeded jobs (end - arrival); waits count jobs that started
@@ -120,7 +124,7 @@ def format_summary(summary: dict[str, float | int | None], title: str = "") -> s
     for key, value in summary.items():
         if value is None:
             shown = "-"
-        elif key.endswith("_s"):
+        elif key.endswith("_s") or "_s_" in key:
             shown = f"{value:,.0f} s ({value / 3600:.2f} h)"
         elif isinstance(value, float):
             shown = f"{value:.3f}"
@@ -131,7 +135,11 @@ def format_summary(summary: dict[str, float | int | None], title: str = "") -> s
 
 
 def write_run_report(
-    store: JobStore, executions: Sequence[Execution], nodes: Sequence[Node], out_dir: Path | str, title: str = ""
+    store: JobStore,
+    executions: Sequence[Execution],
+    nodes: Sequence[Node],
+    out_dir: Path | str,
+    title: str = "",
 ) -> dict[str, float | int | None]:
     """Write `summary.json` and `gantt.png` to `out_dir`; return the summary."""
     out = Path(out_dir)

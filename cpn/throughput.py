@@ -52,7 +52,9 @@ class ThroughputTable:
         self.rows = tuple(rows)
         self._index: dict[tuple, float] = {}
         for r in rows:
-            self._index[(r.model.lower(), r.batch_size, r.gpu_type, r.num_gpus, r.consolidated)] = r.steps_per_sec
+            self._index[(r.model.lower(), r.batch_size, r.gpu_type, r.num_gpus, r.consolidated)] = (
+                r.steps_per_sec
+            )
 
     @classmethod
     def load(cls, path: Path | str = GAVEL_ISOLATED) -> ThroughputTable:

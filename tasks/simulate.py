@@ -19,7 +19,11 @@ def schedule_until_drained(sim: Simulation, jobs: list[JobSpec]) -> ReplayResult
     def progress(r: RoundResult) -> None:
         if r.placed or r.rejected:
             logger.info(
-                "t=%8.0fs placed %d, rejected %d, still queued %d", r.time, r.placed, r.rejected, r.pending_after
+                "t=%8.0fs placed %d, rejected %d, still queued %d",
+                r.time,
+                r.placed,
+                r.rejected,
+                r.pending_after,
             )
 
     return replay(sim.scheduler, sim.gateway, sim.clock, arrivals_from_jobs(jobs), on_round=progress)

@@ -21,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--out", default="out/demo", help="output folder (default: %(default)s)")
-    p.add_argument("--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo profile)")
+    p.add_argument(
+        "--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo profile)"
+    )
     p.add_argument("--policy", help="scheduling policy, e.g. fifo or fifo-naive (default: the profile's)")
     p.add_argument("--jobs", type=int, help="number of generated jobs (default: the profile's)")
     p.add_argument("--seed", type=int, help="seed of the generated queue (default: the profile's)")

@@ -1,0 +1,1 @@
+"""Contract tests: one suite per port, run against every implementation of it."""

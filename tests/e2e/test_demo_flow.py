@@ -19,8 +19,17 @@ def test_demo_flow_drains_queue_and_reports(prefect_harness, tmp_path):
 
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written == summary
-    for key in ("jobs", "succeeded", "failed", "oom", "makespan_s", "mean_jct_s", "p99_jct_s",
-                "mean_wait_s", "gpu_utilization"):
+    for key in (
+        "jobs",
+        "succeeded",
+        "failed",
+        "oom",
+        "makespan_s",
+        "mean_jct_s",
+        "p99_jct_s",
+        "mean_wait_s",
+        "gpu_utilization",
+    ):
         assert key in written
     assert written["jobs"] == 30
     assert written["succeeded"] + written["failed"] + written["unfinished"] == 30

@@ -1,0 +1,116 @@
+"""Typed benchmark scores and GPU specs: the GPU-side inputs of the runtime predictor.
+
+`config/benchmarks.yaml` holds, per GPU product, a score for each reference workload
+(the seed's resnet50, yolov8m and llama3) and, where `data/gpus/devices.csv` has no row
+for the product, its specs. Per-node scores (from benchmark jobs run on each node)
+override the product's where a node differs. A user adds GPU products the project has
+never seen by writing a file of the same shape and passing it with `--benchmarks`.
+
+GPU keys must already be canonical (`v100`, `h20`: what `cpn.gpus.canonical_gpu`
+gives); the predictor checks that when it builds its catalog.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from config.settings import REPO_ROOT, load_model
+
+BENCHMARKS_YAML = REPO_ROOT / "config" / "benchmarks.yaml"
+"""The static benchmark scores shipped with the project."""
+
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+GpuKey = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.+-]*$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Workload(_Strict):
+    """One reference workload and how its score is measured.
+
+    Scores are only comparable when every GPU in a file was scored the same way, so
+    each workload names its `method`; results measured another way are refused.
+    """
+
+    unit: str = Field(min_length=1, description="Unit of the score, e.g. images/s. Higher is faster.")
+    method: str = Field(
+        min_length=1,
+        description="How scores were obtained, e.g. `gavel-proxy` (derived from a measured table) or "
+        "`cpn-bench/1` (examples/benchmark-job.yaml). Files mixing methods are refused.",
+    )
+    description: str = Field("", description="What is run, at which batch size and precision.")
+    proxy: str | None = Field(
+        None, description="The measured configuration that stands in for the workload, when it was not run."
+    )
+
+
+class GpuSpec(_Strict):
+    """Public specs of one GPU (one die for multi-die boards such as K80)."""
+
+    memory_gb: PositiveFloat = Field(description="Memory of one GPU, GB.")
+    mem_bw_gbps: PositiveFloat = Field(description="Peak memory bandwidth, GB/s.")
+    fp32_tflops: PositiveFloat = Field(description="Peak single-precision throughput, TFLOPS.")
+    source: str = Field(min_length=1, description="Where the figures come from (datasheet, URL).")
+
+
+class GpuEntry(_Strict):
+    """Scores of one GPU product, and its specs if devices.csv has none."""
+
+    scores: dict[str, PositiveFloat] = Field(description="Workload name -> score (see `workloads`).")
+    spec: GpuSpec | None = Field(None, description="Specs; omit to take them from data/gpus/devices.csv.")
+
+
+class NodeEntry(_Strict):
+    """Scores measured on one node, overriding its product's where given."""
+
+    gpu: GpuKey = Field(description="Canonical GPU key of the node's product (a key of `gpus`).")
+    scores: dict[str, PositiveFloat] = Field(description="Workload name -> score measured on this node.")
+
+
+class BenchmarksConfig(_Strict):
+    """Reference workloads, per-product scores and specs, per-node overrides."""
+
+    workloads: dict[str, Workload] = Field(min_length=1, description="Reference workloads by name.")
+    gpus: dict[GpuKey, GpuEntry] = Field(min_length=1, description="Canonical GPU key -> scores (and specs).")
+    nodes: dict[str, NodeEntry] = Field(
+        default_factory=dict, description="Node name -> scores measured on it (benchmark jobs)."
+    )
+    samples_per_gb: dict[str, PositiveFloat] = Field(
+        default_factory=dict,
+        description="Model name -> training samples per GB of its dataset; turns a job's `data_size` and "
+        "`epoch` annotations into steps when the job gives no total_steps.",
+    )
+
+    @model_validator(mode="after")
+    def _check_scores(self) -> BenchmarksConfig:
+        known = set(self.workloads)
+        for gpu, entry in self.gpus.items():
+            missing, extra = known - set(entry.scores), set(entry.scores) - known
+            if missing:
+                raise ValueError(f"gpus.{gpu}: no score for workload(s) {sorted(missing)}")
+            if extra:
+                raise ValueError(f"gpus.{gpu}: unknown workload(s) {sorted(extra)}; known: {sorted(known)}")
+        for node, entry in self.nodes.items():
+            if entry.gpu not in self.gpus:
+                raise ValueError(f"nodes.{node}: gpu {entry.gpu!r} is not a key of gpus: {sorted(self.gpus)}")
+            extra = set(entry.scores) - known
+            if extra:
+                raise ValueError(f"nodes.{node}: unknown workload(s) {sorted(extra)}; known: {sorted(known)}")
+        return self
+
+
+def load_benchmarks(path: Path | str = BENCHMARKS_YAML) -> BenchmarksConfig:
+    """Load a benchmarks YAML file; ConfigError names the file, the field and the reason."""
+    return load_model(path, BenchmarksConfig)
+
+
+def dump_benchmarks(config: BenchmarksConfig, path: Path | str) -> None:
+    """Write `config` as YAML that `load_benchmarks` reads back unchanged."""
+    data = config.model_dump(mode="json", exclude_none=True)
+    Path(path).write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))

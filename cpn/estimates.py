@@ -1,0 +1,78 @@
+"""Estimate sources a policy can read before the predictor is plugged in.
+
+`OracleEstimates` knows the measured throughputs (the simulator's ground
+truth); `NoisyOracle` multiplies each runtime by a seeded log-normal error, so
+a benchmark can show how a policy degrades with imperfect predictions.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+
+from cpn.jobs import JobSpec
+from cpn.policies.base import Estimate
+from cpn.throughput import ThroughputTable
+
+
+class OracleEstimates:
+    """Runtimes straight from the measured throughput table (perfect knowledge)."""
+
+    def __init__(self, table: ThroughputTable) -> None:
+        self.table = table
+        self._cache: dict[tuple, Estimate | None] = {}
+
+    def estimate(self, job: JobSpec, gpu_type: str) -> Estimate | None:
+        """The job's runtime on `gpu_type`, or None when the table cannot run it there."""
+        key = (job.model, job.batch_size, gpu_type, job.num_gpus, job.total_steps, job.gpu_mem_gb)
+        if key not in self._cache:
+            self._cache[key] = self._compute(job, gpu_type)
+        return self._cache[key]
+
+    def _compute(self, job: JobSpec, gpu_type: str) -> Estimate | None:
+        if job.total_steps is None:
+            return None
+        rate = self.table.steps_per_sec(job.model, job.batch_size, gpu_type, job.num_gpus)
+        if not rate:
+            return None
+        return Estimate(runtime_s=job.total_steps / rate, gpu_mem_gb=job.gpu_mem_gb)
+
+    def estimates(
+        self, jobs: tuple[JobSpec, ...], gpu_types: tuple[str, ...]
+    ) -> Mapping[str, Mapping[str, Estimate]]:
+        """job_id -> GPU type -> estimate; GPU types the job cannot run on are left out."""
+        out: dict[str, dict[str, Estimate]] = {}
+        for job in jobs:
+            row = {}
+            for gpu in gpu_types:
+                est = self.estimate(job, gpu)
+                if est is not None:
+                    row[gpu] = est
+            out[job.job_id] = row
+        return out
+
+
+class NoisyOracle(OracleEstimates):
+    """The oracle with a seeded multiplicative log-normal error of `sigma` on each runtime.
+
+    The error of one (job, GPU type) pair is fixed for the whole run, as a real
+    predictor's would be.
+    """
+
+    def __init__(self, table: ThroughputTable, sigma: float, seed: int = 0) -> None:
+        super().__init__(table)
+        if sigma < 0:
+            raise ValueError(f"sigma must be >= 0, got {sigma}")
+        self.sigma = sigma
+        self.seed = seed
+
+    def _compute(self, job: JobSpec, gpu_type: str) -> Estimate | None:
+        exact = super()._compute(job, gpu_type)
+        if exact is None:
+            return None
+        rng = random.Random(f"{self.seed}/{job.job_id}/{gpu_type}")
+        factor = math.exp(rng.gauss(0.0, self.sigma))
+        return Estimate(
+            runtime_s=exact.runtime_s * factor, gpu_mem_gb=exact.gpu_mem_gb, uncertainty=self.sigma
+        )

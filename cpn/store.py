@@ -1,0 +1,369 @@
+"""The durable job store: every accepted job, its current state, and every transition it made.
+
+One SQLite file in WAL mode, so that the HTTP intake, a scheduler and the CLI can
+use it at once from separate processes (readers never block the one writer).
+Every write is one transaction; times come from the injected Clock, so the
+simulator records simulated time and tests record a fake one.
+
+Reports read `transitions_all()` once: a job's completion time (JCT) is its
+`succeeded` time minus the time it entered `queued` first, its wait the first
+`submitted` (or `running`) time minus that same queued time.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Literal, get_args, get_type_hints
+
+from cpn.clock import Clock, WallClock
+from cpn.jobs import JobSpec, JobState, check_transition
+
+SCHEMA_VERSION = 1
+"""Stored in SQLite's `user_version`; a store written by a newer schema is refused."""
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS jobs (
+        seq          INTEGER PRIMARY KEY,  -- acceptance order
+        job_id       TEXT NOT NULL UNIQUE,
+        spec         TEXT NOT NULL,        -- canonical JSON of the JobSpec, manifest included
+        state        TEXT NOT NULL,
+        cluster      TEXT,
+        node         TEXT,
+        submitted_at REAL NOT NULL,
+        updated_at   REAL NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq)",
+    """CREATE TABLE IF NOT EXISTS transitions (
+        seq        INTEGER PRIMARY KEY,
+        job_id     TEXT NOT NULL REFERENCES jobs (job_id),
+        from_state TEXT,                   -- NULL: the job entered the store
+        to_state   TEXT NOT NULL,
+        time       REAL NOT NULL,
+        reason     TEXT NOT NULL,
+        cluster    TEXT,
+        node       TEXT
+    )""",
+    "CREATE INDEX IF NOT EXISTS transitions_by_job ON transitions (job_id, seq)",
+)
+
+_JOB_COLUMNS = "spec, state, cluster, node, submitted_at, updated_at"
+_TRANSITION_COLUMNS = "job_id, from_state, to_state, time, reason, cluster, node"
+_INSERT_TRANSITION = f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+_IN_CHUNK = 500
+"""Ids per `IN (...)` query, well under SQLite's limit on bound parameters."""
+
+_FLOAT_FIELDS = frozenset(
+    name for name, hint in get_type_hints(JobSpec).items() if hint is float or float in get_args(hint)
+)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job as stored: its spec, where it is in its life, and where it runs."""
+
+    spec: JobSpec
+    state: JobState
+    cluster: str | None
+    """Cluster the job is placed on; None while queued or schedule-failed."""
+    node: str | None
+    """Node the job is placed on; None while unplaced."""
+    submitted_at: float
+    """When the store accepted the job (its entry into `queued`), by the store's clock."""
+    updated_at: float
+    """Time of the job's latest transition."""
+
+    @property
+    def job_id(self) -> str:
+        """The job's id, `<namespace>/<name>`."""
+        return self.spec.job_id
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One recorded state change of one job."""
+
+    job_id: str
+    from_state: JobState | None
+    """None for the job's entry into the store (to `queued`)."""
+    to_state: JobState
+    time: float
+    reason: str = ""
+    cluster: str | None = None
+    """Placement after the change (None when unplaced)."""
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    """What `submit` did with one job."""
+
+    job_id: str
+    status: Literal["created", "already_exists"]
+    """`created`: newly queued; `already_exists`: an identical job was stored before (nothing changed)."""
+
+
+class StoreError(RuntimeError):
+    """The store file cannot be used (not a cpn store, written by a newer cpn, unreadable)."""
+
+
+class JobConflict(ValueError):
+    """A submitted job reuses the id of a stored job with different content; nothing was stored."""
+
+    def __init__(self, job_id: str, differing: Sequence[str]) -> None:
+        self.job_id = job_id
+        self.differing = tuple(differing)
+        super().__init__(
+            f"job {job_id} already exists with different content ({', '.join(self.differing)} differ); "
+            "nothing from this submission was stored. Resubmit the identical job, or give the changed "
+            "one a new name"
+        )
+
+
+class UnknownJob(KeyError):
+    """No job with this id is in the store."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(job_id)
+
+    def __str__(self) -> str:
+        return f"no job {self.job_id} in the store"
+
+
+class JobStore:
+    """Jobs and their transitions in one SQLite file (or `":memory:"`).
+
+    Safe to share between threads (one connection behind a lock) and between
+    processes (SQLite's own locking; writes take the write lock up front, so a
+    read-check-write such as `transition` is atomic). Open one JobStore per process.
+    """
+
+    def __init__(self, path: str | Path, clock: Clock | None = None) -> None:
+        self.path = str(path)
+        self._clock = clock or WallClock()
+        self._lock = threading.RLock()
+        try:
+            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open the job store ({exc}); check the path") from None
+        try:
+            self._prepare()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError(
+                f"{self.path}: cannot use as a job store ({exc}); point --store or CPN_STORE at another file"
+            ) from None
+        except StoreError:
+            self._db.close()
+            raise
+
+    def _prepare(self) -> None:
+        """WAL mode, and the schema, created on first use."""
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: job store schema {version} is newer than this cpn's "
+                f"({SCHEMA_VERSION}); upgrade cpn or use another store file"
+            )
+        with self._write() as db:
+            for statement in _SCHEMA:
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        """Close the database connection; the store is unusable afterwards."""
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> JobStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, holding SQLite's write lock from the start; rolled back on any error."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    def submit(self, specs: Sequence[JobSpec]) -> list[SubmitOutcome]:
+        """Queue new jobs, all or none, in the given order; one outcome per spec.
+
+        A job whose id is stored already with identical content is reported as
+        `already_exists` and left alone, so resubmitting a file is harmless. One
+        whose content differs raises JobConflict, and nothing from the call is stored.
+        """
+        encoded = [(spec.job_id, _encode(spec)) for spec in specs]
+        now = self._clock.now()
+        outcomes: list[SubmitOutcome] = []
+        new_jobs: list[tuple] = []
+        with self._write() as db:
+            known = _stored_specs(db, [job_id for job_id, _ in encoded])
+            for job_id, text in encoded:
+                stored = known.get(job_id)
+                if stored is None:
+                    known[job_id] = text
+                    new_jobs.append((job_id, text, JobState.QUEUED.value, now, now))
+                    outcomes.append(SubmitOutcome(job_id, "created"))
+                elif stored == text:
+                    outcomes.append(SubmitOutcome(job_id, "already_exists"))
+                else:
+                    raise JobConflict(job_id, _differing_fields(stored, text))
+            db.executemany(
+                "INSERT INTO jobs (job_id, spec, state, submitted_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                new_jobs,
+            )
+            db.executemany(
+                _INSERT_TRANSITION,
+                [
+                    (job_id, None, JobState.QUEUED.value, now, "accepted", None, None)
+                    for job_id, *_ in new_jobs
+                ],
+            )
+        return outcomes
+
+    def transition(
+        self,
+        job_id: str,
+        new_state: JobState,
+        *,
+        reason: str = "",
+        cluster: str | None = None,
+        node: str | None = None,
+    ) -> None:
+        """Move a job to `new_state` and record the move, atomically.
+
+        Raises UnknownJob for an unknown id and cpn.jobs.IllegalTransition for a
+        move the state machine forbids (nothing is written then). `cluster` and
+        `node` set the job's placement; left out, the placement is kept, except
+        that going back to `queued` (or to `schedule-failed`) clears it.
+        """
+        new_state = JobState(new_state)
+        now = self._clock.now()
+        with self._write() as db:
+            row = db.execute("SELECT state, cluster, node FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id)
+            old_state = JobState(row[0])
+            check_transition(job_id, old_state, new_state)
+            if new_state in (JobState.QUEUED, JobState.SCHEDULE_FAILED):
+                cluster, node = None, None
+            else:
+                cluster = row[1] if cluster is None else cluster
+                node = row[2] if node is None else node
+            db.execute(
+                "UPDATE jobs SET state = ?, cluster = ?, node = ?, updated_at = ? WHERE job_id = ?",
+                (new_state.value, cluster, node, now, job_id),
+            )
+            db.execute(
+                _INSERT_TRANSITION,
+                (job_id, old_state.value, new_state.value, now, reason, cluster, node),
+            )
+
+    def get(self, job_id: str) -> JobRecord:
+        """The job with this id; UnknownJob if there is none."""
+        rows = self._read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,))
+        if not rows:
+            raise UnknownJob(job_id)
+        return _record(rows[0])
+
+    def jobs(self, states: Iterable[JobState] | JobState | None = None) -> list[JobRecord]:
+        """Jobs in acceptance order, all of them or only those in `states` (one state or several)."""
+        if states is None:
+            rows = self._read(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY seq")
+        else:
+            wanted = [JobState(s).value for s in ([states] if isinstance(states, str) else states)]
+            marks = ", ".join("?" * len(wanted))
+            rows = self._read(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ({marks}) ORDER BY seq", wanted
+            )
+        return [_record(row) for row in rows]
+
+    def history(self, job_id: str) -> list[Transition]:
+        """The job's transitions, oldest first (the first is its entry into `queued`); UnknownJob if none."""
+        rows = self._read(
+            f"SELECT {_TRANSITION_COLUMNS} FROM transitions WHERE job_id = ? ORDER BY seq", (job_id,)
+        )
+        if not rows:
+            raise UnknownJob(job_id)
+        return [_transition(row) for row in rows]
+
+    def transitions_all(self) -> list[Transition]:
+        """Every transition of every job, in the order they were recorded (for reports)."""
+        return [
+            _transition(row)
+            for row in self._read(f"SELECT {_TRANSITION_COLUMNS} FROM transitions ORDER BY seq")
+        ]
+
+    def counts(self) -> dict[JobState, int]:
+        """How many jobs are in each state; every state is present, zero included."""
+        counts = dict.fromkeys(JobState, 0)
+        for state, n in self._read("SELECT state, COUNT(*) FROM jobs GROUP BY state"):
+            counts[JobState(state)] = n
+        return counts
+
+
+def _encode(spec: JobSpec) -> str:
+    """Canonical JSON of a spec: sorted keys, whole numbers in float fields written as floats.
+
+    Two specs with the same content encode to the same text, which is what makes
+    resubmission idempotent.
+    """
+    data = {f.name: getattr(spec, f.name) for f in fields(JobSpec)}
+    for name in _FLOAT_FIELDS:
+        value = data[name]
+        if isinstance(value, int) and not isinstance(value, bool):
+            data[name] = float(value)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decode(text: str) -> JobSpec:
+    return JobSpec(**json.loads(text))
+
+
+def _stored_specs(db: sqlite3.Connection, job_ids: list[str]) -> dict[str, str]:
+    """Stored canonical specs of those of `job_ids` that exist, re-encoded by the current JobSpec."""
+    found: dict[str, str] = {}
+    unique = list(dict.fromkeys(job_ids))
+    for start in range(0, len(unique), _IN_CHUNK):
+        chunk = unique[start : start + _IN_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        for job_id, text in db.execute(f"SELECT job_id, spec FROM jobs WHERE job_id IN ({marks})", chunk):
+            found[job_id] = _encode(_decode(text))
+    return found
+
+
+def _differing_fields(stored: str, new: str) -> list[str]:
+    old_data, new_data = json.loads(stored), json.loads(new)
+    return sorted(k for k in old_data.keys() | new_data.keys() if old_data.get(k) != new_data.get(k))
+
+
+def _record(row: tuple) -> JobRecord:
+    spec, state, cluster, node, submitted_at, updated_at = row
+    return JobRecord(_decode(spec), JobState(state), cluster, node, submitted_at, updated_at)
+
+
+def _transition(row: tuple) -> Transition:
+    job_id, from_state, to_state, time, reason, cluster, node = row
+    return Transition(
+        job_id, JobState(from_state) if from_state else None, JobState(to_state), time, reason, cluster, node
+    )

@@ -1,0 +1,218 @@
+"""Throughput estimators: random forest (default), XGBoost (comparison), analytical baseline.
+
+All three predict log steps/s of a query and a spread in log space (0.1 ~ +-10%):
+- `rf`: scikit-learn RandomForest on the residual of the analytical prior
+  (models.features); spread = standard deviation across the trees.
+- `xgb`: an ensemble of XGBoost regressors (row and column subsampling, one seed each)
+  on the same residual; spread = standard deviation across the members.
+- `baseline`: no learning beyond lookups. The same model, batch size and GPU count
+  measured on other GPU types, scaled by the ratio of the GPUs' benchmark speeds
+  (geometric mean of scores); when there is none, the prior itself. Spread = disagreement
+  between the GPU types it scaled from, else the prior's residual spread on training rows.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.ensemble import RandomForestRegressor
+from xgboost import XGBRegressor
+
+from cpn.throughput import ThroughputRow
+from models.benchmarks import BenchmarkCatalog
+from models.features import FeatureBuilder, Features, PredictorInputError, Query, model_key, query_of
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predictions for a list of queries."""
+
+    log_steps_per_sec: np.ndarray
+    log_spread: np.ndarray
+    """Standard deviation of the prediction in log space (relative spread)."""
+    seen: np.ndarray
+    """False where the model was not in the training data (the scheduler should explore it)."""
+
+    @property
+    def steps_per_sec(self) -> np.ndarray:
+        """Predicted steps/s."""
+        return np.exp(self.log_steps_per_sec)
+
+
+class Estimator(ABC):
+    """A throughput estimator: `fit(rows)` on measured rows, then `predict(queries)`."""
+
+    name: ClassVar[str]
+    """Short name used on the command line, in reports and in MLflow."""
+
+    def __init__(self, catalog: BenchmarkCatalog) -> None:
+        self.features = FeatureBuilder(catalog)
+
+    def fit(self, rows: Sequence[ThroughputRow]) -> Estimator:
+        """Train on rows with steps_per_sec > 0 (see models.features.training_rows); returns self."""
+        rows = list(rows)
+        self.features.fit(rows)
+        feats = self.features.transform([query_of(r) for r in rows])
+        self._fit(rows, feats, np.log([r.steps_per_sec for r in rows]))
+        return self
+
+    def predict(self, queries: Sequence[Query]) -> Prediction:
+        """Predictions for `queries`; PredictorInputError for inputs the estimator cannot use."""
+        if not queries:
+            raise PredictorInputError("no queries to predict")
+        feats = self.features.transform(queries)
+        mean, spread = self._predict(queries, feats)
+        return Prediction(mean, spread, feats.seen)
+
+    def with_catalog(self, catalog: BenchmarkCatalog) -> Estimator:
+        """A copy that knows the GPU types of `catalog` (new products need no retraining)."""
+        clone = copy.copy(self)
+        clone.features = self.features.with_catalog(catalog)
+        return clone
+
+    @abstractmethod
+    def _fit(self, rows: list[ThroughputRow], feats: Features, log_y: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def _predict(self, queries: Sequence[Query], feats: Features) -> tuple[np.ndarray, np.ndarray]: ...
+
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """Hyperparameters, for MLflow."""
+
+    def feature_importances(self) -> dict[str, float]:
+        """Importance of each feature (empty for estimators without learnt features)."""
+        return {}
+
+
+class RandomForestEstimator(Estimator):
+    """scikit-learn RandomForest on the residual of the analytical prior (the default)."""
+
+    name = "rf"
+
+    def __init__(
+        self,
+        catalog: BenchmarkCatalog,
+        n_estimators: int = 200,
+        max_features: float = 0.5,
+        min_samples_leaf: int = 1,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(catalog)
+        self.model = RandomForestRegressor(
+            n_estimators=n_estimators,
+            max_features=max_features,
+            min_samples_leaf=min_samples_leaf,
+            random_state=seed,
+            n_jobs=-1,
+        )
+
+    def _fit(self, rows: list[ThroughputRow], feats: Features, log_y: np.ndarray) -> None:
+        self.model.fit(feats.X, log_y - feats.prior)
+
+    def _predict(self, queries: Sequence[Query], feats: Features) -> tuple[np.ndarray, np.ndarray]:
+        X = np.ascontiguousarray(feats.X, dtype=np.float32)
+        per_tree = np.stack([t.predict(X, check_input=False) for t in self.model.estimators_])
+        return feats.prior + per_tree.mean(axis=0), per_tree.std(axis=0)
+
+    def params(self) -> dict[str, Any]:
+        p = self.model.get_params()
+        return {k: p[k] for k in ("n_estimators", "max_features", "min_samples_leaf", "random_state")}
+
+    def feature_importances(self) -> dict[str, float]:
+        return dict(zip(self.features.feature_names, self.model.feature_importances_.tolist(), strict=True))
+
+
+class XGBoostEstimator(Estimator):
+    """An ensemble of XGBoost regressors on the residual of the analytical prior (the comparison)."""
+
+    name = "xgb"
+
+    def __init__(
+        self,
+        catalog: BenchmarkCatalog,
+        n_estimators: int = 300,
+        max_depth: int = 6,
+        learning_rate: float = 0.05,
+        members: int = 5,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(catalog)
+        if members < 2:
+            raise ValueError("xgb needs at least 2 members to give a spread")
+        self.members = [
+            XGBRegressor(
+                n_estimators=n_estimators,
+                max_depth=max_depth,
+                learning_rate=learning_rate,
+                subsample=0.8,
+                colsample_bytree=0.8,
+                random_state=seed + i,
+                n_jobs=1,
+            )
+            for i in range(members)
+        ]
+
+    def _fit(self, rows: list[ThroughputRow], feats: Features, log_y: np.ndarray) -> None:
+        for m in self.members:
+            m.fit(feats.X, log_y - feats.prior)
+
+    def _predict(self, queries: Sequence[Query], feats: Features) -> tuple[np.ndarray, np.ndarray]:
+        per_member = np.stack([m.predict(feats.X) for m in self.members])
+        return feats.prior + per_member.mean(axis=0), per_member.std(axis=0)
+
+    def params(self) -> dict[str, Any]:
+        p = self.members[0].get_params()
+        keep = ("n_estimators", "max_depth", "learning_rate", "subsample", "colsample_bytree")
+        return {**{k: p[k] for k in keep}, "members": len(self.members), "seed": p["random_state"]}
+
+    def feature_importances(self) -> dict[str, float]:
+        mean = np.mean([m.feature_importances_ for m in self.members], axis=0)
+        return dict(zip(self.features.feature_names, mean.tolist(), strict=True))
+
+
+class BaselineEstimator(Estimator):
+    """Measured throughput of the same configuration on other GPUs, scaled by benchmark speed."""
+
+    name = "baseline"
+
+    def _fit(self, rows: list[ThroughputRow], feats: Features, log_y: np.ndarray) -> None:
+        self._scaled: dict[tuple[str, int | None, int], list[float]] = defaultdict(list)
+        for row, y, speed in zip(rows, log_y, feats.log_speed, strict=True):
+            self._scaled[(model_key(row.model), row.batch_size, row.num_gpus)].append(float(y - speed))
+        self._prior_spread = float(np.std(log_y - feats.prior))
+
+    def _predict(self, queries: Sequence[Query], feats: Features) -> tuple[np.ndarray, np.ndarray]:
+        mean, spread = feats.prior.copy(), np.full(len(queries), self._prior_spread)
+        for i, q in enumerate(queries):
+            scaled = self._scaled.get((model_key(q.model), q.batch_size, q.num_gpus))
+            if scaled:
+                mean[i] = float(np.mean(scaled)) + feats.log_speed[i]
+                if len(scaled) > 1:
+                    spread[i] = float(np.std(scaled))
+        return mean, spread
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+
+ESTIMATORS: dict[str, type[Estimator]] = {
+    cls.name: cls for cls in (RandomForestEstimator, XGBoostEstimator, BaselineEstimator)
+}
+"""Estimators by name; `rf` is the default."""
+
+
+def make_estimator(name: str, catalog: BenchmarkCatalog, **params: Any) -> Estimator:
+    """A fresh estimator by name (`rf`, `xgb`, `baseline`); ValueError naming the known ones."""
+    try:
+        cls = ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}") from None
+    return cls(catalog, **params)
+

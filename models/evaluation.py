@@ -1,0 +1,210 @@
+"""Evaluation that cannot flatter itself: the same folds for every estimator, three splits.
+
+- `random`: configurations (model, batch size, GPU type, GPU count) split into 5 folds
+  at random; every row of a configuration lands in the same fold.
+- `leave_gpu_out`: each GPU type in turn is held out; its benchmark scores and specs are
+  known (a new GPU is benchmarked before jobs run on it), its throughputs are not.
+- `leave_model_out`: each model in turn is held out (what `explore` is for).
+- `external` (optional): train on all of one table, score on another.
+
+Out-of-fold predictions are pooled per split before scoring. Metrics: MAPE and median
+absolute percentage error of steps/s (fractions: 0.1 = 10%), R^2 of log steps/s
+(throughputs span three orders of magnitude; a raw R^2 would be decided by the few
+largest rows), and MAPE per GPU type.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cpn.throughput import ThroughputRow
+from models.benchmarks import BenchmarkCatalog
+from models.estimators import make_estimator
+from models.features import Query, model_key, query_of
+
+SPLITS = ("random", "leave_gpu_out", "leave_model_out")
+"""Splits every evaluation reports."""
+
+RANDOM_FOLDS = 5
+DEFAULT_ESTIMATOR = "rf"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One figure the issue asks the default estimator to reach."""
+
+    name: str
+    value: float
+    limit: float
+
+    @property
+    def met(self) -> bool:
+        """True if the value is within the limit."""
+        return self.value <= self.limit
+
+
+def config_key(row: ThroughputRow) -> tuple[str, int | None, str, int]:
+    """What makes two rows the same configuration."""
+    return model_key(row.model), row.batch_size, row.gpu_type, row.num_gpus
+
+
+def folds(rows: Sequence[ThroughputRow], split: str, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train indices, test indices) of each fold; empty when the data cannot support the split."""
+    if split == "random":
+        keys = sorted({config_key(r) for r in rows}, key=repr)
+        if len(keys) < RANDOM_FOLDS:
+            return []
+        order = np.random.default_rng(seed).permutation(len(keys))
+        fold_of = {keys[k]: i % RANDOM_FOLDS for i, k in enumerate(order)}
+        groups = np.array([fold_of[config_key(r)] for r in rows])
+    elif split == "leave_gpu_out":
+        groups = np.array([r.gpu_type for r in rows])
+    elif split == "leave_model_out":
+        groups = np.array([model_key(r.model) for r in rows])
+    else:
+        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    values = np.unique(groups)
+    if len(values) < 2:
+        return []
+    return [(np.flatnonzero(groups != v), np.flatnonzero(groups == v)) for v in values]
+
+
+def metrics(actual: np.ndarray, predicted: np.ndarray, gpu_types: Sequence[str]) -> dict[str, Any]:
+    """MAPE, median APE, R^2 of log values, and MAPE per GPU type, of predicted vs actual steps/s."""
+    ape = np.abs(predicted - actual) / actual
+    log_a, log_p = np.log(actual), np.log(predicted)
+    ss_tot = float(np.sum((log_a - log_a.mean()) ** 2))
+    gpus = np.asarray(gpu_types)
+    return {
+        "mape": float(ape.mean()),
+        "median_ape": float(np.median(ape)),
+        "r2": 1.0 - float(np.sum((log_a - log_p) ** 2)) / ss_tot if ss_tot > 0 else None,
+        "per_gpu": {g: float(ape[gpus == g].mean()) for g in sorted(set(gpu_types))},
+        "n": len(actual),
+    }
+
+
+def out_of_fold(
+    rows: Sequence[ThroughputRow],
+    catalog: BenchmarkCatalog,
+    estimator: str,
+    split: str,
+    seed: int = 0,
+    params: dict[str, Any] | None = None,
+) -> np.ndarray | None:
+    """Predicted steps/s of every row by a model that never saw it; None if the split is impossible."""
+    splits = folds(rows, split, seed)
+    if not splits:
+        return None
+    predicted = np.empty(len(rows))
+    for train, test in splits:
+        est = make_estimator(estimator, catalog, **(params or {})).fit([rows[i] for i in train])
+        predicted[test] = est.predict([query_of(rows[i]) for i in test]).steps_per_sec
+    return predicted
+
+
+def timing(
+    rows: Sequence[ThroughputRow],
+    catalog: BenchmarkCatalog,
+    estimator: str,
+    seed: int = 0,
+    params: dict[str, Any] | None = None,
+    pairs: int = 1000,
+) -> tuple[float, float]:
+    """(seconds to train on all rows, milliseconds to predict `pairs` (job, GPU type) pairs; best of 5)."""
+    start = time.perf_counter()
+    est = make_estimator(estimator, catalog, **(params or {})).fit(rows)
+    train_s = time.perf_counter() - start
+    configs = sorted({(r.model, r.batch_size, r.num_gpus) for r in rows}, key=repr)
+    gpus = catalog.gpu_types()
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(configs), pairs)
+    queries = [Query(configs[c][0], configs[c][1], gpus[i % len(gpus)], configs[c][2]) for i, c in enumerate(picks)]
+    runs = []
+    for _ in range(5):
+        start = time.perf_counter()
+        est.predict(queries)
+        runs.append((time.perf_counter() - start) * 1000)
+    return train_s, min(runs)
+
+
+def bench(
+    rows: Sequence[ThroughputRow],
+    catalog: BenchmarkCatalog,
+    estimators: Sequence[str] = ("rf", "xgb", "baseline"),
+    test_rows: Sequence[ThroughputRow] | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Every split for every estimator, with timings and the issue's targets for the default estimator.
+
+    Shape: {"splits": {split: {estimator: metrics}}, "train_s": {...}, "predict_1000_ms": {...},
+    "targets": [...], "rows": n, "skipped_splits": [...]}.
+    """
+    rows = list(rows)
+    actual = np.array([r.steps_per_sec for r in rows])
+    gpu_types = [r.gpu_type for r in rows]
+    report: dict[str, Any] = {"splits": {}, "train_s": {}, "predict_1000_ms": {}, "rows": len(rows)}
+    skipped = []
+    for split in SPLITS:
+        for name in estimators:
+            predicted = out_of_fold(rows, catalog, name, split, seed)
+            if predicted is None:
+                skipped.append(split)
+                break
+            report["splits"].setdefault(split, {})[name] = metrics(actual, predicted, gpu_types)
+    if test_rows is not None:
+        test_actual = np.array([r.steps_per_sec for r in test_rows])
+        queries = [query_of(r) for r in test_rows]
+        for name in estimators:
+            est = make_estimator(name, catalog).fit(rows)
+            predicted = est.predict(queries).steps_per_sec
+            report["splits"].setdefault("external", {})[name] = metrics(
+                test_actual, predicted, [r.gpu_type for r in test_rows]
+            )
+    for name in estimators:
+        report["train_s"][name], report["predict_1000_ms"][name] = timing(rows, catalog, name, seed)
+    report["skipped_splits"] = skipped
+    report["targets"] = [t.__dict__ | {"met": t.met} for t in targets(report)]
+    return report
+
+
+def targets(report: dict[str, Any], estimator: str = DEFAULT_ESTIMATOR) -> list[Target]:
+    """The issue's targets for `estimator`, from a `bench` report (those its splits allow)."""
+    out = []
+    splits = report["splits"]
+    if estimator in splits.get("random", {}):
+        out.append(Target("random MAPE", splits["random"][estimator]["mape"], 0.10))
+    if estimator in splits.get("leave_gpu_out", {}):
+        out.append(Target("leave-one-GPU-type-out MAPE", splits["leave_gpu_out"][estimator]["mape"], 0.25))
+    if estimator in report["train_s"]:
+        out.append(Target("training time on the full table (s)", report["train_s"][estimator], 60.0))
+        out.append(Target("1,000 predictions (ms)", report["predict_1000_ms"][estimator], 50.0))
+    return out
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as a plain-text table."""
+    lines = [f"{'split':<16} {'estimator':<9} {'MAPE':>7} {'medAPE':>7} {'R2(log)':>8}  MAPE per GPU type"]
+    for split, by_est in report["splits"].items():
+        for name, m in by_est.items():
+            r2 = f"{m['r2']:8.3f}" if m["r2"] is not None else f"{'n/a':>8}"
+            per_gpu = " ".join(f"{g}={v:.1%}" for g, v in m["per_gpu"].items())
+            lines.append(f"{split:<16} {name:<9} {m['mape']:7.1%} {m['median_ape']:7.1%} {r2}  {per_gpu}")
+    for split in report.get("skipped_splits", []):
+        lines.append(f"{split:<16} (skipped: the data has too few distinct values to hold one out)")
+    lines.append("")
+    lines.append(f"{'estimator':<9} {'train (s)':>10} {'1,000 predictions (ms)':>24}")
+    for name, s in report["train_s"].items():
+        lines.append(f"{name:<9} {s:10.2f} {report['predict_1000_ms'][name]:24.1f}")
+    lines.append("")
+    lines.append(f"targets for the default estimator ({DEFAULT_ESTIMATOR}):")
+    for t in report["targets"]:
+        value = f"{t['value']:.1%}" if "MAPE" in t["name"] else f"{t['value']:.2f}"
+        limit = f"{t['limit']:.0%}" if "MAPE" in t["name"] else f"{t['limit']:g}"
+        lines.append(f"  {'met ' if t['met'] else 'MISS'} {t['name']}: {value} (target <= {limit})")
+    return "\n".join(lines)

@@ -1,0 +1,120 @@
+"""The predictor the scheduler uses: runtime, GPU memory, uncertainty and `explore` per (job, GPU type).
+
+Runtime = steps / predicted steps/s. Steps are the job's `total_steps` when it gives
+them; otherwise `epochs x ceil(data_size_gb x samples_per_gb / batch_size)`, where
+samples_per_gb comes from the benchmarks file's `samples_per_gb` for the model (steps/s
+in throughput tables count every worker's steps, so an epoch is samples / per-GPU batch
+steps whatever the GPU count). A job with neither is rejected with PredictorInputError.
+
+This module does not import MLflow: the simulator can train and use a Predictor
+directly; models.registry stores, registers and loads it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cpn.jobs import JobSpec
+from cpn.policies.base import Estimate
+from cpn.throughput import ThroughputRow
+from models.benchmarks import BenchmarkCatalog
+from models.estimators import Estimator, Prediction, make_estimator
+from models.features import PredictorInputError, Query, model_key
+from models.memory import MemoryModel, MemorySample
+
+
+class Predictor:
+    """A trained throughput estimator plus a GPU memory model, answering in scheduler terms."""
+
+    def __init__(self, estimator: Estimator, memory: MemoryModel | None = None) -> None:
+        self.estimator = estimator
+        self.memory = memory or MemoryModel()
+        samples = estimator.features.catalog.config.samples_per_gb
+        self._samples_per_gb = {model_key(name): v for name, v in samples.items()}
+
+    @property
+    def catalog(self) -> BenchmarkCatalog:
+        """The GPU types (scores and specs) the predictor knows."""
+        return self.estimator.features.catalog
+
+    def with_catalog(self, catalog: BenchmarkCatalog) -> Predictor:
+        """A copy that also knows the GPU types of `catalog`, scored the same way; no retraining."""
+        return Predictor(self.estimator.with_catalog(catalog), self.memory)
+
+    def throughput(self, queries: Sequence[Query]) -> Prediction:
+        """Predicted steps/s, spread and seen-flag of each query (vectorised)."""
+        return self.estimator.predict(queries)
+
+    def steps(self, job: JobSpec) -> int:
+        """Training steps `job` runs; PredictorInputError if it gives too little to tell."""
+        if job.total_steps is not None:
+            if isinstance(job.total_steps, bool) or not isinstance(job.total_steps, int) or job.total_steps < 1:
+                raise PredictorInputError(f"job {job.job_id}: total_steps must be a positive integer")
+            return job.total_steps
+        spg = self._samples_per_gb.get(model_key(job.model))
+        if spg is None or not job.batch_size or not job.epochs or not job.data_size_gb > 0:
+            raise PredictorInputError(
+                f"job {job.job_id}: no total_steps, and steps cannot be derived: need epochs, batch size, "
+                f"data_size_gb > 0 and samples_per_gb for model {job.model!r} in the benchmarks file"
+            )
+        return job.epochs * math.ceil(job.data_size_gb * spg / job.batch_size)
+
+    def estimate(self, job: JobSpec, gpu_type: str, node: str | None = None) -> Estimate:
+        """Runtime, memory, uncertainty and explore flag of `job` on `gpu_type` (optionally one node)."""
+        return self.estimate_pairs([(job, gpu_type, node)])[0]
+
+    def estimate_many(self, jobs: Sequence[JobSpec], gpu_types: Sequence[str]) -> dict[str, dict[str, Estimate]]:
+        """Every job on every GPU type, in one vectorised call: job_id -> GPU type -> Estimate."""
+        pairs = [(job, gpu, None) for job in jobs for gpu in gpu_types]
+        out: dict[str, dict[str, Estimate]] = {}
+        for (job, gpu, _), est in zip(pairs, self.estimate_pairs(pairs), strict=True):
+            out.setdefault(job.job_id, {})[gpu] = est
+        return out
+
+    def estimate_pairs(self, pairs: Sequence[tuple[JobSpec, str, str | None]]) -> list[Estimate]:
+        """Estimates of (job, GPU type, node or None) triples, in order."""
+        if not pairs:
+            return []
+        queries = []
+        for job, gpu, node in pairs:
+            try:
+                queries.append(Query(job.model, job.batch_size, gpu, job.num_gpus, node))
+            except PredictorInputError as exc:
+                raise PredictorInputError(f"job {job.job_id}: {exc}") from None
+        steps = np.array([self.steps(job) for job, _, _ in pairs], dtype=float)
+        pred = self.throughput(queries)
+        runtime = steps / pred.steps_per_sec
+        uncertainty = np.expm1(pred.log_spread)
+        return [
+            Estimate(
+                runtime_s=float(runtime[i]),
+                gpu_mem_gb=self.memory.predict(job.model, job.batch_size),
+                uncertainty=float(uncertainty[i]),
+                explore=not bool(pred.seen[i]),
+            )
+            for i, (job, _, _) in enumerate(pairs)
+        ]
+
+    def describe(self) -> dict[str, Any]:
+        """What the predictor is, for logs and MLflow tags."""
+        return {
+            "estimator": self.estimator.name,
+            "models": list(self.estimator.features.models),
+            "gpu_types": list(self.catalog.gpu_types()),
+            "memory_models": self.memory.models(),
+        }
+
+
+def fit_predictor(
+    rows: Sequence[ThroughputRow],
+    catalog: BenchmarkCatalog,
+    estimator: str = "rf",
+    memory_samples: Sequence[MemorySample] = (),
+    **params: Any,
+) -> Predictor:
+    """Train a Predictor on measured rows (see models.features.training_rows) and memory samples."""
+    return Predictor(make_estimator(estimator, catalog, **params).fit(rows), MemoryModel(memory_samples))

@@ -1,0 +1,126 @@
+"""The ClusterGateway contract, run against every implementation.
+
+To add one (a fake Kubernetes gateway, say), write a factory that builds it over NODES and returns a
+Harness whose `settle` lets every submitted job run to its end, and append it to IMPLEMENTATIONS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from cpn.adapters.gateway import ClusterGateway, SubmitRejected
+from cpn.clock import SimClock
+from cpn.inventory import Node
+from cpn.jobs import JobSpec
+from cpn.policies.base import Placement
+from cpn.sim.gateway import SimulatedGateway
+from cpn.sim.truth import GroundTruth
+from cpn.throughput import ThroughputRow, ThroughputTable
+
+NODES = (
+    Node("east", "gpu-0", "Tesla-V100-SXM2-16GB", 4, 16, 32, "training"),
+    Node("west", "gpu-0", "Tesla-P100-PCIE-16GB", 2, 16, 16, "hybrid"),
+)
+
+
+def job(job_id: str, gpus: int = 1) -> JobSpec:
+    """A job every implementation can run to success."""
+    return JobSpec(
+        job_id=job_id,
+        model="ResNet-18",
+        batch_size=32,
+        num_gpus=gpus,
+        total_steps=600,
+        image="resnet:1",
+        cpu=2,
+    )
+
+
+@dataclass
+class Harness:
+    """A gateway over NODES and a way to let its submitted jobs finish."""
+
+    gateway: ClusterGateway
+    settle: Callable[[], None]
+
+
+def simulated() -> Harness:
+    table = ThroughputTable(
+        [ThroughputRow("ResNet-18", 32, gpu, n, 20.0) for gpu in ("v100", "p100") for n in (1, 2, 4)]
+    )
+    gateway = SimulatedGateway(NODES, GroundTruth(table), SimClock())
+
+    def settle() -> None:
+        while (t := gateway.next_event_time()) is not None:
+            gateway.advance(t)
+
+    return Harness(gateway, settle)
+
+
+IMPLEMENTATIONS: list[Callable[[], Harness]] = [simulated]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS, ids=lambda factory: factory.__name__)
+def harness(request) -> Harness:
+    return request.param()
+
+
+def free_gpus(gateway: ClusterGateway) -> dict[str, int]:
+    return {s.node.key: s.free_gpus for s in gateway.inventory()}
+
+
+def test_inventory_lists_every_node_with_all_cards_free(harness):
+    assert free_gpus(harness.gateway) == {"east/gpu-0": 4, "west/gpu-0": 2}
+    assert all(s.running == () and s.cpu_used == 0 for s in harness.gateway.inventory())
+
+
+def test_submitted_job_is_seen_running_then_ends(harness):
+    gw = harness.gateway
+    gw.submit(job("j1"), Placement("j1", "east", "gpu-0", 1))
+    assert [(e.job_id, e.kind) for e in gw.poll_events()] == [("j1", "running")]
+    assert gw.poll_events() == []
+    harness.settle()
+    (end,) = gw.poll_events()
+    assert (end.job_id, end.kind) == ("j1", "succeeded")
+
+
+def test_inventory_holds_the_cards_while_a_job_runs_and_releases_them(harness):
+    gw = harness.gateway
+    gw.submit(job("gang", gpus=2), Placement("gang", "west", "gpu-0", 2))
+    gw.submit(job("one"), Placement("one", "east", "gpu-0", 1))
+    assert free_gpus(gw) == {"east/gpu-0": 3, "west/gpu-0": 0}
+    (west,) = [s for s in gw.inventory() if s.node.cluster == "west"]
+    assert (west.running, west.cpu_used) == (("gang",), 2)
+    harness.settle()
+    assert free_gpus(gw) == {"east/gpu-0": 4, "west/gpu-0": 2}
+    assert all(s.running == () for s in gw.inventory())
+    assert sorted(e.kind for e in gw.poll_events()) == ["running", "running", "succeeded", "succeeded"]
+
+
+@pytest.mark.parametrize(
+    "placement",
+    [
+        Placement("big", "west", "gpu-0", 3),
+        Placement("big", "east", "no-such-node", 1),
+        Placement("big", "nowhere", "gpu-0", 1),
+    ],
+    ids=["too-many-gpus", "unknown-node", "unknown-cluster"],
+)
+def test_submit_beyond_capacity_is_rejected_and_changes_nothing(harness, placement):
+    gw = harness.gateway
+    with pytest.raises(SubmitRejected):
+        gw.submit(job("big", gpus=placement.num_gpus), placement)
+    assert gw.poll_events() == []
+    assert free_gpus(gw) == {"east/gpu-0": 4, "west/gpu-0": 2}
+
+
+def test_cards_held_by_running_jobs_are_not_handed_out_twice(harness):
+    gw = harness.gateway
+    gw.submit(job("a", gpus=2), Placement("a", "west", "gpu-0", 2))
+    with pytest.raises(SubmitRejected):
+        gw.submit(job("b"), Placement("b", "west", "gpu-0", 1))
+    harness.settle()
+    gw.submit(job("b"), Placement("b", "west", "gpu-0", 1))

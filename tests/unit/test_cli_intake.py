@@ -1,0 +1,173 @@
+"""`cpn submit`, `cpn jobs`, `cpn job` and `cpn serve` through `cpn.cli.main`."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from cpn.cli import main
+from cpn.jobs import JobState
+from cpn.store import JobStore
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "manifests"
+BAD = REPO / "tests" / "data" / "bad_manifests"
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch) -> Path:
+    """A store path in a fresh folder, also set as CPN_STORE so commands can leave --store out."""
+    path = tmp_path / "state" / "jobs.db"
+    monkeypatch.setenv("CPN_STORE", str(path))
+    return path
+
+
+def stored_ids(path: Path) -> list[str]:
+    with JobStore(path) as store:
+        return [r.job_id for r in store.jobs()]
+
+
+def test_submit_queues_every_file_and_reports_each_job(db, capsys):
+    files = [str(EXAMPLES / n) for n in ("training-job.yaml", "queue.yaml")]
+    assert main(["submit", "--store", str(db), *files]) == 0
+    out = capsys.readouterr().out
+    assert "queued  team-vision/resnet50-bs64" in out and "4 new job(s) queued" in out
+    assert stored_ids(db) == [
+        "team-vision/resnet50-bs64",
+        "default/lm-small",
+        "default/recommendation-bs2048",
+        "default/cyclegan",
+    ]
+
+
+def test_resubmit_is_harmless(db, capsys):
+    main(["submit", str(EXAMPLES / "queue.yaml")])
+    assert main(["submit", str(EXAMPLES / "queue.yaml")]) == 0
+    assert "0 new job(s) queued, 3 already in" in capsys.readouterr().out
+    assert len(stored_ids(db)) == 3
+
+
+def test_bad_manifest_fails_names_the_field_and_stores_nothing(db, capsys):
+    main(["submit", str(EXAMPLES / "training-job.yaml")])
+    capsys.readouterr()
+    status = main(["submit", str(EXAMPLES / "queue.yaml"), str(BAD / "missing-epoch.yaml")])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "nothing was queued" in err
+    assert "missing-epoch.yaml document 1 (Job Train_A): metadata.annotations.epoch: missing" in err
+    assert stored_ids(db) == ["team-vision/resnet50-bs64"]
+
+
+def test_conflict_fails_and_stores_nothing(db, tmp_path, capsys):
+    main(["submit", str(EXAMPLES / "training-job.yaml")])
+    changed = tmp_path / "changed.yaml"
+    changed.write_text((EXAMPLES / "training-job.yaml").read_text().replace('epoch: "90"', 'epoch: "9"'))
+    status = main(["submit", str(EXAMPLES / "queue.yaml"), str(changed)])
+    assert status == 1
+    assert "team-vision/resnet50-bs64 already exists" in capsys.readouterr().err
+    assert stored_ids(db) == ["team-vision/resnet50-bs64"]
+
+
+def test_same_job_in_two_files_is_refused(db, capsys):
+    assert main(["submit", str(EXAMPLES / "queue.yaml"), str(EXAMPLES / "queue.yaml")]) == 2
+    assert "default/lm-small is also defined in" in capsys.readouterr().err
+    assert not db.exists()
+
+
+def test_missing_file(db, capsys):
+    assert main(["submit", "no-such-file.yaml"]) == 2
+    assert "no-such-file.yaml: cannot read" in capsys.readouterr().err
+
+
+def test_submit_from_stdin(db, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO((EXAMPLES / "volcano-job.yaml").read_text()))
+    assert main(["submit", "-"]) == 0
+    assert stored_ids(db) == ["default/transformer-wmt"]
+
+
+def test_default_store_is_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.delenv("CPN_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["submit", str(EXAMPLES / "volcano-job.yaml")]) == 0
+    assert stored_ids(tmp_path / ".cpn" / "jobs.db") == ["default/transformer-wmt"]
+
+
+def test_jobs_lists_and_filters(db, capsys):
+    main(["submit", str(EXAMPLES / "queue.yaml")])
+    with JobStore(db) as store:
+        store.transition("default/lm-small", JobState.ASSIGNED, cluster="bj-k80", node="bj-train-0")
+    capsys.readouterr()
+    assert main(["jobs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["JOB", "STATE", "KIND", "MODEL", "GPUS", "CLUSTER", "NODE", "ACCEPTED"]
+    assert lines[1].split()[:7] == [
+        "default/lm-small",
+        "assigned",
+        "training",
+        "LM",
+        "1",
+        "bj-k80",
+        "bj-train-0",
+    ]
+    assert lines[-1] == "3 job(s)"
+    assert main(["jobs", "--state", "queued"]) == 0
+    out = capsys.readouterr().out
+    assert "default/lm-small" not in out and "default/cyclegan" in out and "2 job(s)" in out
+    assert main(["jobs", "--state", "running"]) == 0
+    assert capsys.readouterr().out.strip() == "no jobs in state running"
+
+
+def test_jobs_without_a_store_yet(db, capsys):
+    assert main(["jobs"]) == 0
+    assert "no jobs" in capsys.readouterr().out
+    assert not db.exists()
+
+
+def test_jobs_rejects_an_unknown_state(db, capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["jobs", "--state", "done"])
+    assert caught.value.code == 2
+    assert "invalid choice: 'done'" in capsys.readouterr().err
+
+
+def test_job_shows_spec_and_history(db, capsys):
+    main(["submit", str(EXAMPLES / "volcano-job.yaml")])
+    with JobStore(db) as store:
+        store.transition(
+            "default/transformer-wmt", JobState.SCHEDULE_FAILED, reason="no node has 4 free GPUs"
+        )
+    capsys.readouterr()
+    assert main(["job", "transformer-wmt", "--manifest"]) == 0
+    out = capsys.readouterr().out
+    assert "state           schedule-failed" in out
+    assert "num_gpus        4" in out
+    assert "queued  schedule-failed" in out and "no node has 4 free GPUs" in out
+    assert "kind: Job" in out.split("manifest:")[1]
+
+
+def test_unknown_job_fails(db, capsys):
+    main(["submit", str(EXAMPLES / "volcano-job.yaml")])
+    assert main(["job", "default/nope"]) == 1
+    assert "no job default/nope" in capsys.readouterr().err
+
+
+def test_unusable_store_file(tmp_path, capsys):
+    junk = tmp_path / "junk.db"
+    junk.write_text("not a database" * 100)
+    assert main(["jobs", "--store", str(junk)]) == 1
+    assert "junk.db" in capsys.readouterr().err
+
+
+def test_serve_runs_uvicorn_on_the_api(db, monkeypatch):
+    served = {}
+
+    def fake_run(app, host, port):
+        served.update(routes={r.path for r in app.routes}, host=host, port=port)
+
+    monkeypatch.setattr("uvicorn.run", fake_run)
+    assert main(["serve", "--host", "0.0.0.0", "--port", "9999"]) == 0
+    assert {"/jobs", "/jobs/{namespace}/{name}", "/healthz"} <= served["routes"]
+    assert (served["host"], served["port"]) == ("0.0.0.0", 9999)
+    assert db.exists()
