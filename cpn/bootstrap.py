@@ -14,8 +14,10 @@ from cpn.inventory import Node, nodes_from_config
 from cpn.policies import make_policy
 from cpn.scheduler import EstimateSource, Scheduler
 from cpn.sim.gateway import GroundTruth, SimulatedGateway
+from cpn.sim.migrator import SimulatedMigrator
 from cpn.store import JobStore
 from cpn.throughput import GAVEL_ISOLATED, ThroughputTable
+from cpn.transfer import TransferTimes
 
 
 @dataclass
@@ -26,6 +28,7 @@ class Simulation:
     nodes: tuple[Node, ...]
     store: JobStore
     gateway: SimulatedGateway
+    migrator: SimulatedMigrator
     scheduler: Scheduler
 
     @property
@@ -46,6 +49,8 @@ def build_simulation(
     nodes = nodes_from_config(profile.clusters)
     store = JobStore(store_path, clock=clock)
     gateway = SimulatedGateway(nodes, GroundTruth(ThroughputTable.load(throughputs)), clock)
+    transfers = TransferTimes(profile.clusters)
+    migrator = SimulatedMigrator(transfers, clock)
     scheduler = Scheduler(
         store,
         gateway,
@@ -53,5 +58,9 @@ def build_simulation(
         clock,
         cpu_threshold=profile.policy.cpu_threshold,
         estimator=estimator,
+        transfers=transfers,
+        migrator=migrator,
     )
-    return Simulation(clock=clock, nodes=nodes, store=store, gateway=gateway, scheduler=scheduler)
+    return Simulation(
+        clock=clock, nodes=nodes, store=store, gateway=gateway, migrator=migrator, scheduler=scheduler
+    )

@@ -14,6 +14,7 @@ from cpn.clock import SimClock
 from cpn.jobs import JobSpec, JobState
 from cpn.scheduler import RoundResult, Scheduler
 from cpn.sim.gateway import SimulatedGateway
+from cpn.sim.migrator import SimulatedMigrator
 
 STUCK_REASON = "stuck: no placement possible and nothing left running or arriving"
 
@@ -50,8 +51,9 @@ def replay(
     clock: SimClock,
     arrivals: Sequence[Arrival],
     on_round: Callable[[RoundResult], None] | None = None,
+    migrator: SimulatedMigrator | None = None,
 ) -> ReplayResult:
-    """Run rounds at every arrival and every cluster event until nothing is left to happen.
+    """Run rounds at every arrival, cluster event and finished migration until nothing is left to happen.
 
     A queue that can make no progress (jobs waiting, nothing running, nothing
     arriving) ends the run: those jobs go to schedule-failed with STUCK_REASON.
@@ -68,12 +70,15 @@ def replay(
         rounds += 1
         if on_round is not None:
             on_round(result)
-        times = [t for t in (gateway.next_event_time(),) if t is not None]
+        sources = (gateway, migrator) if migrator is not None else (gateway,)
+        times = [t for t in (s.next_event_time() for s in sources) if t is not None]
         if next_arrival < len(pending_arrivals):
             times.append(pending_arrivals[next_arrival].time)
         if not times:
             break
-        gateway.advance(max(min(times), clock.now()))
+        until = max(min(times), clock.now())
+        for source in sources:
+            source.advance(until)
     scheduler.apply_events(gateway.poll_events())
     stuck = tuple(r.spec.job_id for r in store.jobs([JobState.QUEUED]))
     for job_id in stuck:

@@ -81,7 +81,7 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def summarize(
-    jobs: Sequence[JobTimeline], busy: Iterable[Busy], total_gpus: int
+    jobs: Sequence[JobTimeline], busy: Iterable[Busy], total_gpus: int, transfer_s_total: float = 0.0
 ) -> dict[str, float | int | None]:
     """The run's figures; time figures in seconds, `None` where no job qualifies.
 
@@ -115,6 +115,7 @@ def summarize(
         "p99_wait_s_large": _pct(waits_large, 99),
         "p99_wait_s_small": _pct(waits_small, 99),
         "gpu_utilization": gpu_seconds / (total_gpus * makespan) if makespan > 0 and total_gpus else 0.0,
+        "transfer_s_total": transfer_s_total,
     }
 
 
@@ -140,13 +141,14 @@ def write_run_report(
     nodes: Sequence[Node],
     out_dir: Path | str,
     title: str = "",
+    transfer_s_total: float = 0.0,
 ) -> dict[str, float | int | None]:
     """Write `summary.json` and `gantt.png` to `out_dir`; return the summary."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     total_gpus = sum(n.gpu_count for n in nodes)
     busy = [Busy(len(e.gpus), e.start, e.end) for e in executions]
-    summary = summarize(timelines(store), busy, total_gpus)
+    summary = summarize(timelines(store), busy, total_gpus, transfer_s_total)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     gantt(executions, nodes, out / "gantt.png", title=title)
     return summary

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cpn.adapters.gateway import ClusterGateway, JobEvent, SubmitRejected
+from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
 from cpn.jobs import JobSpec, JobState
 from cpn.policies.base import Decision, Estimate, Policy, Snapshot
 from cpn.store import JobStore
+from cpn.transfer import TransferTimes
 
 _EVENT_STATE = {"running": JobState.RUNNING, "succeeded": JobState.SUCCEEDED, "failed": JobState.FAILED}
 
@@ -38,13 +40,19 @@ class RoundResult:
     time: float
     events: int
     placed: int
+    migrating: int
     rejected: int
     submit_refused: int
     pending_after: int
 
 
 class Scheduler:
-    """Runs rounds of one policy against one gateway, recording every transition in the store."""
+    """Runs rounds of one policy against one gateway, recording every transition in the store.
+
+    With `transfers` and `migrator`, a job placed on a cluster other than the one
+    holding its image and data first migrates there (holding no GPU meanwhile) and
+    is queued again at the destination; without them, location is ignored.
+    """
 
     def __init__(
         self,
@@ -54,45 +62,85 @@ class Scheduler:
         clock: Clock,
         cpu_threshold: float = 0.7,
         estimator: EstimateSource | None = None,
+        transfers: TransferTimes | None = None,
+        migrator: Migrator | None = None,
     ) -> None:
+        if (transfers is None) != (migrator is None):
+            raise ValueError("give both transfers and migrator, or neither")
         self.store = store
         self.gateway = gateway
         self.policy = policy
         self.clock = clock
         self.cpu_threshold = cpu_threshold
         self.estimator = estimator
+        self.transfers = transfers
+        self.migrator = migrator
+        self._location: dict[str, str | None] = {}
 
     def apply_events(self, events: list[JobEvent]) -> None:
         """Move jobs along as the clusters report them (running, succeeded, failed)."""
         for event in events:
-            self.store.transition(event.job_id, _EVENT_STATE[event.kind], reason=event.reason)
+            self.store.transition(event.job_id, _EVENT_STATE[event.kind], reason=event.reason, at=event.time)
+
+    def apply_migrations(self, done: list[MigrationDone]) -> None:
+        """Finished copies queue their job again where its payload now is; failed copies fail it."""
+        for m in done:
+            if m.ok:
+                self.store.transition(
+                    m.job_id,
+                    JobState.QUEUED,
+                    reason=f"migrated to {m.cluster}",
+                    location=m.cluster,
+                    at=m.time,
+                )
+            else:
+                self.store.transition(
+                    m.job_id,
+                    JobState.FAILED,
+                    reason=f"migration to {m.cluster} failed: {m.reason}",
+                    at=m.time,
+                )
 
     def snapshot(self) -> Snapshot:
         """The frozen view the policy decides on."""
-        pending = tuple(r.spec for r in self.store.jobs([JobState.QUEUED]))
+        records = self.store.jobs([JobState.QUEUED])
+        pending = tuple(r.spec for r in records)
+        self._location = {r.job_id: r.location for r in records}
         nodes = self.gateway.inventory()
         estimates: Mapping[str, Mapping[str, Estimate]] = {}
         if self.estimator is not None and pending:
             gpu_types = tuple(sorted({n.node.gpu_type for n in nodes}))
             estimates = self.estimator.estimates(pending, gpu_types)
+        transfer_s: Mapping[str, Mapping[str, float]] = {}
+        if self.transfers is not None:
+            transfer_s = {r.job_id: self.transfers.row(r.spec, r.location) for r in records if r.location}
         return Snapshot(
             now=self.clock.now(),
             pending=pending,
             nodes=nodes,
             estimates=estimates,
+            transfer_s=transfer_s,
             cpu_threshold=self.cpu_threshold,
         )
 
-    def execute(self, snapshot: Snapshot, decision: Decision) -> tuple[int, int]:
-        """Carry out a decision; returns (placed, refused by the cluster)."""
+    def execute(self, snapshot: Snapshot, decision: Decision) -> tuple[int, int, int]:
+        """Carry out a decision; returns (submitted, migrating, refused by the cluster)."""
         specs = {job.job_id: job for job in snapshot.pending}
         for rejection in decision.rejections:
             self.store.transition(rejection.job_id, JobState.SCHEDULE_FAILED, reason=rejection.reason)
-        placed = refused = 0
+        placed = migrating = refused = 0
         for placement in decision.placements:
             self.store.transition(
                 placement.job_id, JobState.ASSIGNED, cluster=placement.cluster, node=placement.node
             )
+            location = self._location.get(placement.job_id)
+            if self.migrator is not None and location is not None and location != placement.cluster:
+                self.store.transition(
+                    placement.job_id, JobState.MIGRATING, reason=f"{location} -> {placement.cluster}"
+                )
+                self.migrator.start(specs[placement.job_id], location, placement.cluster)
+                migrating += 1
+                continue
             try:
                 self.gateway.submit(specs[placement.job_id], placement)
             except SubmitRejected as exc:
@@ -101,20 +149,23 @@ class Scheduler:
                 continue
             self.store.transition(placement.job_id, JobState.SUBMITTED)
             placed += 1
-        return placed, refused
+        return placed, migrating, refused
 
     def round(self) -> RoundResult:
         """Apply events, decide, execute."""
         events = self.gateway.poll_events()
         self.apply_events(events)
+        if self.migrator is not None:
+            self.apply_migrations(self.migrator.poll())
         snapshot = self.snapshot()
         decision = self.policy.decide(snapshot) if snapshot.pending else Decision()
-        placed, refused = self.execute(snapshot, decision)
+        placed, migrating, refused = self.execute(snapshot, decision)
         return RoundResult(
             time=snapshot.now,
             events=len(events),
             placed=placed,
+            migrating=migrating,
             rejected=len(decision.rejections),
             submit_refused=refused,
-            pending_after=len(snapshot.pending) - placed - len(decision.rejections),
+            pending_after=len(snapshot.pending) - placed - migrating - len(decision.rejections),
         )

@@ -35,6 +35,7 @@ _SCHEMA = (
         state        TEXT NOT NULL,
         cluster      TEXT,
         node         TEXT,
+        location     TEXT,                 -- cluster holding the job's image and data now
         submitted_at REAL NOT NULL,
         updated_at   REAL NOT NULL
     )""",
@@ -52,7 +53,7 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS transitions_by_job ON transitions (job_id, seq)",
 )
 
-_JOB_COLUMNS = "spec, state, cluster, node, submitted_at, updated_at"
+_JOB_COLUMNS = "spec, state, cluster, node, location, submitted_at, updated_at"
 _TRANSITION_COLUMNS = "job_id, from_state, to_state, time, reason, cluster, node"
 _INSERT_TRANSITION = f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _IN_CHUNK = 500
@@ -73,6 +74,8 @@ class JobRecord:
     """Cluster the job is placed on; None while queued or schedule-failed."""
     node: str | None
     """Node the job is placed on; None while unplaced."""
+    location: str | None
+    """Cluster holding the job's image and data now: its source cluster until a migration moves them."""
     submitted_at: float
     """When the store accepted the job (its entry into `queued`), by the store's clock."""
     updated_at: float
@@ -212,24 +215,24 @@ class JobStore:
         `already_exists` and left alone, so resubmitting a file is harmless. One
         whose content differs raises JobConflict, and nothing from the call is stored.
         """
-        encoded = [(spec.job_id, _encode(spec)) for spec in specs]
+        encoded = [(spec.job_id, _encode(spec), spec) for spec in specs]
         now = self._clock.now()
         outcomes: list[SubmitOutcome] = []
         new_jobs: list[tuple] = []
         with self._write() as db:
-            known = _stored_specs(db, [job_id for job_id, _ in encoded])
-            for job_id, text in encoded:
+            known = _stored_specs(db, [job_id for job_id, _, _ in encoded])
+            for job_id, text, spec in encoded:
                 stored = known.get(job_id)
                 if stored is None:
                     known[job_id] = text
-                    new_jobs.append((job_id, text, JobState.QUEUED.value, now, now))
+                    new_jobs.append((job_id, text, JobState.QUEUED.value, spec.source_cluster, now, now))
                     outcomes.append(SubmitOutcome(job_id, "created"))
                 elif stored == text:
                     outcomes.append(SubmitOutcome(job_id, "already_exists"))
                 else:
                     raise JobConflict(job_id, _differing_fields(stored, text))
             db.executemany(
-                "INSERT INTO jobs (job_id, spec, state, submitted_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO jobs (job_id, spec, state, location, submitted_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
                 new_jobs,
             )
             db.executemany(
@@ -249,16 +252,20 @@ class JobStore:
         reason: str = "",
         cluster: str | None = None,
         node: str | None = None,
+        location: str | None = None,
+        at: float | None = None,
     ) -> None:
         """Move a job to `new_state` and record the move, atomically.
 
         Raises UnknownJob for an unknown id and cpn.jobs.IllegalTransition for a
         move the state machine forbids (nothing is written then). `cluster` and
         `node` set the job's placement; left out, the placement is kept, except
-        that going back to `queued` (or to `schedule-failed`) clears it.
+        that going back to `queued` (or to `schedule-failed`) clears it. `location`
+        records that the job's image and data now sit in that cluster (after a migration).
+        `at` is when it happened, for events reported after the fact (default: now).
         """
         new_state = JobState(new_state)
-        now = self._clock.now()
+        now = self._clock.now() if at is None else at
         with self._write() as db:
             row = db.execute("SELECT state, cluster, node FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
             if row is None:
@@ -271,8 +278,9 @@ class JobStore:
                 cluster = row[1] if cluster is None else cluster
                 node = row[2] if node is None else node
             db.execute(
-                "UPDATE jobs SET state = ?, cluster = ?, node = ?, updated_at = ? WHERE job_id = ?",
-                (new_state.value, cluster, node, now, job_id),
+                "UPDATE jobs SET state = ?, cluster = ?, node = ?, location = COALESCE(?, location), "
+                "updated_at = ? WHERE job_id = ?",
+                (new_state.value, cluster, node, location, now, job_id),
             )
             db.execute(
                 _INSERT_TRANSITION,
@@ -358,8 +366,8 @@ def _differing_fields(stored: str, new: str) -> list[str]:
 
 
 def _record(row: tuple) -> JobRecord:
-    spec, state, cluster, node, submitted_at, updated_at = row
-    return JobRecord(_decode(spec), JobState(state), cluster, node, submitted_at, updated_at)
+    spec, state, cluster, node, location, submitted_at, updated_at = row
+    return JobRecord(_decode(spec), JobState(state), cluster, node, location, submitted_at, updated_at)
 
 
 def _transition(row: tuple) -> Transition:

@@ -12,4 +12,11 @@ from cpn.report import write_run_report
 @task(cache_policy=NO_CACHE)
 def write_report(sim: Simulation, out_dir: str, title: str) -> dict:
     """summary.json and gantt.png of a finished run."""
-    return write_run_report(sim.store, sim.gateway.executions, sim.nodes, out_dir, title=title)
+    return write_run_report(
+        sim.store,
+        sim.gateway.executions,
+        sim.nodes,
+        out_dir,
+        title=title,
+        transfer_s_total=sim.migrator.total_s,
+    )

@@ -26,4 +26,11 @@ def schedule_until_drained(sim: Simulation, jobs: list[JobSpec]) -> ReplayResult
                 r.pending_after,
             )
 
-    return replay(sim.scheduler, sim.gateway, sim.clock, arrivals_from_jobs(jobs), on_round=progress)
+    return replay(
+        sim.scheduler,
+        sim.gateway,
+        sim.clock,
+        arrivals_from_jobs(jobs),
+        on_round=progress,
+        migrator=sim.migrator,
+    )

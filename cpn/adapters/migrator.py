@@ -1,0 +1,36 @@
+"""The migration port: copy a job's image, model and data to another cluster.
+
+The real implementation copies images between OCI registries; the simulated one
+(cpn.sim.migrator) charges WAN transfer time. While a job migrates it holds no GPU;
+when the copy is done the job is queued again, located at the destination.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from cpn.jobs import JobSpec
+
+
+@dataclass(frozen=True)
+class MigrationDone:
+    """A finished (or failed) copy of a job's image and data to `cluster`."""
+
+    job_id: str
+    cluster: str
+    time: float
+    ok: bool = True
+    reason: str = ""
+
+
+class Migrator(Protocol):
+    """Moves jobs' payloads between clusters."""
+
+    def start(self, job: JobSpec, src: str, dst: str) -> None:
+        """Begin copying `job`'s image and data from `src` to `dst`."""
+        ...
+
+    def poll(self) -> list[MigrationDone]:
+        """Copies finished since the last call, oldest first."""
+        ...

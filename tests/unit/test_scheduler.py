@@ -1,0 +1,153 @@
+"""The production scheduling round and the replay driver on tiny literal clusters, answers worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from config.settings import ClustersConfig
+from cpn.clock import SimClock
+from cpn.inventory import Node
+from cpn.jobs import JobSpec, JobState
+from cpn.policies.base import Decision, Snapshot
+from cpn.policies.fifo import FifoPolicy
+from cpn.replay import STUCK_REASON, arrivals_from_jobs, replay
+from cpn.report import summarize, timelines
+from cpn.scheduler import Scheduler
+from cpn.sim.gateway import SimulatedGateway
+from cpn.sim.migrator import SimulatedMigrator
+from cpn.sim.truth import GroundTruth
+from cpn.store import JobStore
+from cpn.throughput import ThroughputRow, ThroughputTable
+from cpn.transfer import TransferTimes
+
+TABLE = ThroughputTable(
+    [
+        ThroughputRow("ResNet-18", 32, "v100", 1, 1.0),
+        ThroughputRow("ResNet-18", 32, "v100", 2, 1.6),
+    ]
+)
+NODE_A = Node("a", "a-0", "Tesla-V100-SXM2-16GB", 2, 16, 32, "training")
+NODE_B = Node("b", "b-0", "Tesla-V100-SXM2-16GB", 2, 16, 32, "training")
+INFER_A = Node("a", "a-infer-0", "Tesla-V100-SXM2-16GB", 2, 16, 32, "inference")
+
+
+def job(job_id: str, gpus: int = 1, steps: int = 100, **kw) -> JobSpec:
+    return JobSpec(job_id=job_id, model="ResNet-18", batch_size=32, num_gpus=gpus, total_steps=steps, **kw)
+
+
+def run(nodes, jobs, policy=None, with_migration=False):
+    clock = SimClock()
+    store = JobStore(":memory:", clock=clock)
+    gateway = SimulatedGateway(nodes, GroundTruth(TABLE), clock)
+    migrator = transfers = None
+    if with_migration:
+        clusters = ClustersConfig.model_validate(
+            {
+                "clusters": [
+                    {
+                        "name": c,
+                        "node_groups": [
+                            {
+                                "name": "g",
+                                "gpu_product": "v100",
+                                "gpus_per_node": 1,
+                                "gpu_memory_gb": 16,
+                                "cpu_cores": 1,
+                            }
+                        ],
+                    }
+                    for c in ("a", "b")
+                ],
+                "wan_gbps": {"a": {"b": 10}},
+            }
+        )
+        transfers = TransferTimes(clusters)
+        migrator = SimulatedMigrator(transfers, clock)
+    scheduler = Scheduler(
+        store, gateway, policy or FifoPolicy(), clock, transfers=transfers, migrator=migrator
+    )
+    result = replay(scheduler, gateway, clock, arrivals_from_jobs(jobs), migrator=migrator)
+    return store, gateway, result, migrator
+
+
+def test_fifo_replay_matches_hand_computed_schedule():
+    # a (1 GPU, 100 s) starts at 0; b needs both cards and blocks c behind it until a ends at 100;
+    # b runs 160 steps at 1.6 steps/s = 100 s; c then runs 50 s. JCTs 100, 200, 250.
+    jobs = [job("a", steps=100), job("b", gpus=2, steps=160), job("c", steps=50)]
+    store, gateway, result, _ = run([NODE_A], jobs)
+    assert result.stuck == ()
+    assert store.counts()[JobState.SUCCEEDED] == 3
+    ends = {t.job_id: t.ended_at for t in timelines(store)}
+    assert ends == pytest.approx({"a": 100.0, "b": 200.0, "c": 250.0})
+    summary = summarize(timelines(store), [], total_gpus=2)
+    assert summary["makespan_s"] == pytest.approx(250.0)
+    assert summary["mean_jct_s"] == pytest.approx((100 + 200 + 250) / 3)
+    assert summary["mean_wait_s"] == pytest.approx((0 + 100 + 200) / 3)
+
+
+def test_every_job_walks_the_state_machine_in_order():
+    store, _, _, _ = run([NODE_A], [job("a")])
+    states = [t.to_state for t in store.history("a")]
+    assert states == [
+        JobState.QUEUED,
+        JobState.ASSIGNED,
+        JobState.SUBMITTED,
+        JobState.RUNNING,
+        JobState.SUCCEEDED,
+    ]
+    assert [t.time for t in store.history("a")] == [0.0, 0.0, 0.0, 0.0, 100.0]
+
+
+def test_job_placed_away_from_its_data_migrates_first_holding_no_gpu():
+    # Its data is in cluster a, whose only node serves inference; 12.5 GB over 10 Gbit/s = 10 s of copy,
+    # then it is queued again in b and runs there for 100 s.
+    spec = job("m", source_cluster="a", data_size_gb=10, image_size_gb=2.5)
+    store, gateway, _, migrator = run([INFER_A, NODE_B], [spec], with_migration=True)
+    history = store.history("m")
+    assert [t.to_state for t in history] == [
+        JobState.QUEUED,
+        JobState.ASSIGNED,
+        JobState.MIGRATING,
+        JobState.QUEUED,
+        JobState.ASSIGNED,
+        JobState.SUBMITTED,
+        JobState.RUNNING,
+        JobState.SUCCEEDED,
+    ]
+    assert history[3].time == pytest.approx(10.0)
+    assert store.get("m").location == "b"
+    assert migrator.total_s == pytest.approx(10.0)
+    (execution,) = gateway.executions
+    assert (execution.cluster, execution.start, execution.end) == (
+        "b",
+        pytest.approx(10.0),
+        pytest.approx(110.0),
+    )
+
+
+def test_job_already_where_it_runs_does_not_migrate():
+    store, _, _, migrator = run(
+        [NODE_A], [job("s", source_cluster="a", data_size_gb=50)], with_migration=True
+    )
+    assert JobState.MIGRATING not in [t.to_state for t in store.history("s")]
+    assert migrator.total_s == 0
+
+
+class NeverPlaces:
+    name = "never"
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        return Decision()
+
+
+def test_queue_that_can_never_progress_ends_the_run_with_jobs_reported():
+    store, _, result, _ = run([NODE_A], [job("x"), job("y", arrival_s=50)], policy=NeverPlaces())
+    assert set(result.stuck) == {"x", "y"}
+    assert all(store.get(j).state == JobState.SCHEDULE_FAILED for j in ("x", "y"))
+    assert store.history("x")[-1].reason == STUCK_REASON
+
+
+def test_arrivals_enter_the_store_at_their_time():
+    store, _, _, _ = run([NODE_A], [job("early"), job("late", arrival_s=500)])
+    assert store.history("late")[0].time == 500.0
+    assert store.history("late")[-1].time == pytest.approx(600.0)
