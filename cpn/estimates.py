@@ -1,7 +1,7 @@
 """Estimate sources a policy can read before the predictor is plugged in.
 
-`OracleEstimates` knows the measured throughputs (the simulator's ground
-truth); `NoisyOracle` multiplies each runtime by a seeded log-normal error, so
+`OracleEstimates` knows the simulator's ground truth (measured throughputs and
+the memory model); `NoisyOracle` multiplies each runtime by a seeded log-normal error, so
 a benchmark can show how a policy degrades with imperfect predictions.
 """
 
@@ -13,18 +13,19 @@ from collections.abc import Mapping
 
 from cpn.jobs import JobSpec
 from cpn.policies.base import Estimate
+from cpn.sim.truth import GroundTruth
 from cpn.throughput import ThroughputTable
 
 
 class OracleEstimates:
-    """Runtimes straight from the measured throughput table (perfect knowledge)."""
+    """Runtimes and memory straight from the simulator's ground truth (perfect knowledge)."""
 
     def __init__(self, table: ThroughputTable) -> None:
-        self.table = table
+        self.truth = GroundTruth(table)
         self._cache: dict[tuple, Estimate | None] = {}
 
     def estimate(self, job: JobSpec, gpu_type: str) -> Estimate | None:
-        """The job's runtime on `gpu_type`, or None when the table cannot run it there."""
+        """The job's runtime on `gpu_type` (inf where measured not to run), None where never measured."""
         key = (job.model, job.batch_size, gpu_type, job.num_gpus, job.total_steps, job.gpu_mem_gb)
         if key not in self._cache:
             self._cache[key] = self._compute(job, gpu_type)
@@ -33,10 +34,13 @@ class OracleEstimates:
     def _compute(self, job: JobSpec, gpu_type: str) -> Estimate | None:
         if job.total_steps is None:
             return None
-        rate = self.table.steps_per_sec(job.model, job.batch_size, gpu_type, job.num_gpus)
-        if not rate:
+        rate = self.truth.steps_per_sec(job, gpu_type, job.num_gpus)
+        if rate is None:
             return None
-        return Estimate(runtime_s=job.total_steps / rate, gpu_mem_gb=job.gpu_mem_gb)
+        memory = self.truth.memory_gb(job, job.num_gpus)
+        if rate == 0:  # measured not to run there (out of memory): say so through the memory figure
+            return Estimate(runtime_s=math.inf, gpu_mem_gb=memory)
+        return Estimate(runtime_s=job.total_steps / rate, gpu_mem_gb=memory)
 
     def estimates(
         self, jobs: tuple[JobSpec, ...], gpu_types: tuple[str, ...]
@@ -69,8 +73,8 @@ class NoisyOracle(OracleEstimates):
 
     def _compute(self, job: JobSpec, gpu_type: str) -> Estimate | None:
         exact = super()._compute(job, gpu_type)
-        if exact is None:
-            return None
+        if exact is None or math.isinf(exact.runtime_s):
+            return exact
         rng = random.Random(f"{self.seed}/{job.job_id}/{gpu_type}")
         factor = math.exp(rng.gauss(0.0, self.sigma))
         return Estimate(

@@ -28,30 +28,30 @@ class Execution(Protocol):
 
 
 def gantt(executions: Sequence[Execution], nodes: Sequence[Node], path: Path, title: str = "") -> Path:
-    """One row per GPU card, grouped by cluster and node; bars are executions, failures hatched red."""
+    """One row per GPU card, grouped by cluster and node; bars are executions, failures cross-hatched red."""
     rows: dict[tuple[str, str, int], int] = {}
     for node in nodes:
         for g in range(node.gpu_count):
             rows[(node.cluster, node.name, g)] = len(rows)
     cmap = plt.get_cmap("tab20b")
-    colours: dict[str, tuple] = {}
+    ok: dict[int, tuple[list, list]] = {}
+    failed: dict[int, list] = {}
+    for i, ex in enumerate(executions):
+        span = (ex.start / 3600, (ex.end - ex.start) / 3600)
+        for g in ex.gpus:
+            row = rows[(ex.cluster, ex.node, g)]
+            if ex.outcome == "succeeded":
+                spans, colours = ok.setdefault(row, ([], []))
+                spans.append(span)
+                colours.append(cmap(i % 20))
+            else:
+                failed.setdefault(row, []).append(span)
     height = max(4.0, min(0.12 * len(rows) + 1.5, 30.0))
     fig, ax = plt.subplots(figsize=(14, height))
-    for ex in executions:
-        duration_h = (ex.end - ex.start) / 3600
-        colour = colours.setdefault(ex.job_id, cmap(len(colours) % 20))
-        failed = ex.outcome != "succeeded"
-        for g in ex.gpus:
-            ax.barh(
-                rows[(ex.cluster, ex.node, g)],
-                duration_h,
-                left=ex.start / 3600,
-                height=0.85,
-                color="white" if failed else colour,
-                hatch="xxxx" if failed else None,
-                edgecolor="#b00000" if failed else "none",
-                linewidth=0.3,
-            )
+    for row, (spans, colours) in ok.items():
+        ax.broken_barh(spans, (row - 0.42, 0.84), facecolors=colours)
+    for row, spans in failed.items():
+        ax.broken_barh(spans, (row - 0.42, 0.84), facecolors="white", edgecolors="#b00000", hatch="xxxx")
     ticks, labels, previous = [], [], None
     for (cluster, node, _gpu), y in rows.items():
         if (cluster, node) != previous:
@@ -60,10 +60,21 @@ def gantt(executions: Sequence[Execution], nodes: Sequence[Node], path: Path, ti
             if previous is not None:
                 ax.axhline(y - 0.5, color="grey", linewidth=0.4)
             previous = (cluster, node)
-    ax.set_yticks(ticks, labels, fontsize=7)
+    step = max(1, len(ticks) // 60)
+    ax.set_yticks(ticks[::step], labels[::step], fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlabel("time (hours)")
-    ax.set_title(title or "GPU occupancy (one row per card; red cross-hatched = failed run)")
+    ax.set_xlim(left=0)
+    ax.set_title(title or "GPU occupancy")
+    ax.text(
+        1.0,
+        1.01,
+        "one row per card; red cross-hatched = failed run",
+        transform=ax.transAxes,
+        ha="right",
+        va="bottom",
+        fontsize=8,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

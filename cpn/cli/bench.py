@@ -1,0 +1,89 @@
+"""`cpn bench ...`: benchmarks that print measured figures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from config.settings import ConfigError
+from cpn.policies import POLICIES
+from cpn.policy_bench import bench_policies
+from cpn.policy_bench_report import format_table, to_json, write_plots
+from cpn.throughput import GAVEL_ISOLATED, ThroughputFormatError
+from cpn.traces import TraceFormatError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `bench` and its sub-commands."""
+    bench = sub.add_parser("bench", help="benchmarks: policies on a trace, the predictor's accuracy")
+    bench_sub = bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
+    p = bench_sub.add_parser(
+        "policies",
+        help="replay one job trace under several policies on simulated clusters",
+        description=(
+            "Replay a job trace under each policy on simulated clusters built from a cluster description, "
+            "with ground truth from a throughput table, and compare completion times, waits, makespan "
+            "(also as a ratio to a lower bound), OOMs and GPU utilisation. Formats: docs/formats.md."
+        ),
+    )
+    p.add_argument(
+        "--clusters", required=True, help="cluster description YAML (e.g. config/demo/clusters.yaml)"
+    )
+    p.add_argument(
+        "--throughputs",
+        default=str(GAVEL_ISOLATED),
+        help="throughput table CSV (default: Gavel's measured one)",
+    )
+    p.add_argument("--trace", required=True, help="job trace: CSV, Gavel .trace, or a folder of .trace files")
+    p.add_argument(
+        "--policies",
+        default="fifo-naive,fifo,sjf,greedy",
+        help=f"comma-separated, from: {', '.join(POLICIES)}",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for noisy estimates (default: %(default)s)")
+    p.add_argument(
+        "--estimates",
+        default="oracle",
+        help="runtime estimates the policies see: oracle, or noisy:SIGMA (default: %(default)s)",
+    )
+    p.add_argument(
+        "--cpu-threshold", type=float, default=0.7, help="node CPU load cap (default: %(default)s)"
+    )
+    p.add_argument("--json", help="write the figures as JSON here")
+    p.add_argument("--plots", help="write JCT CDF, utilisation and per-cluster Gantt PNGs to this folder")
+    p.set_defaults(func=run_policies)
+    try:
+        from cpn.cli.predictor import register_bench
+    except ModuleNotFoundError:
+        return
+    register_bench(bench_sub)
+
+
+def run_policies(args: argparse.Namespace) -> int:
+    """Run the policy benchmark; exit 2 on bad input."""
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    try:
+        result = bench_policies(
+            args.clusters,
+            args.throughputs,
+            args.trace,
+            policies,
+            seed=args.seed,
+            estimates=args.estimates,
+            cpu_threshold=args.cpu_threshold,
+            progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+        )
+    except (ConfigError, ThroughputFormatError, TraceFormatError, ValueError, FileNotFoundError) as exc:
+        print(f"cpn bench policies: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(to_json(result), indent=2) + "\n")
+        print(f"wrote {args.json}")
+    if args.plots:
+        written = write_plots(result, args.clusters, args.plots)
+        print(f"wrote {len(written)} plots to {args.plots}")
+    return 0

@@ -1,0 +1,226 @@
+"""`cpn bench policies`: replay one trace under several policies on simulated clusters and compare.
+
+Each policy runs through the production Scheduler and the replay driver, on a
+fresh in-memory job store and fresh simulated clusters, so the figures are
+those the live service would record.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from config.settings import DATA_DIR, ClustersConfig, load_model
+from cpn.clock import SimClock
+from cpn.estimates import NoisyOracle, OracleEstimates
+from cpn.inventory import Node, nodes_from_config
+from cpn.jobs import JobSpec, JobState
+from cpn.policies import make_policy
+from cpn.replay import arrivals_from_jobs, replay
+from cpn.report import Busy, JobTimeline, summarize, timelines
+from cpn.scheduler import Scheduler
+from cpn.sim.gateway import Execution, GroundTruth, SimulatedGateway
+from cpn.sim.migrator import SimulatedMigrator
+from cpn.store import JobStore
+from cpn.throughput import ThroughputTable
+from cpn.traces import load_gavel_trace, load_trace_csv
+from cpn.transfer import TransferTimes
+
+PEER_FIGURES = DATA_DIR / "gavel" / "peer_figures.csv"
+"""Gavel's own simulator's figures on the peer traces (data/gavel/peer/README.md)."""
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """One policy's replay of the trace."""
+
+    name: str
+    summary: dict[str, float | int | None]
+    timelines: tuple[JobTimeline, ...]
+    executions: tuple[Execution, ...]
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    """Makespan no schedule can beat, and why."""
+
+    longest_job_s: float
+    """Latest (arrival + run time on the job's fastest GPU type), from the first arrival."""
+    work_over_capacity_s: float
+    """Sum over jobs of GPUs x run time on the fastest type, over the total GPU count."""
+
+    @property
+    def makespan_s(self) -> float:
+        """The larger of the two bounds."""
+        return max(self.longest_job_s, self.work_over_capacity_s)
+
+
+@dataclass(frozen=True)
+class PeerFigure:
+    """A published or measured figure of another scheduler on the same trace."""
+
+    policy: str
+    jct_h: float
+    makespan_h: float | None
+    jct_jobs: tuple[int, int] | None
+    """Mean JCT is over jobs first..last in arrival order (0-based, inclusive); None = all jobs."""
+
+
+@dataclass
+class BenchResult:
+    """Everything `cpn bench policies` reports."""
+
+    trace: str
+    jobs: int
+    total_gpus: int
+    lower_bound: LowerBound
+    runs: list[PolicyRun] = field(default_factory=list)
+    peer: list[PeerFigure] = field(default_factory=list)
+
+
+def load_jobs(path: Path | str) -> list[JobSpec]:
+    """A trace CSV, a Gavel `.trace` file, or a folder of `.trace` files (one per virtual cluster)."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.glob("*.trace"))
+        if not files:
+            raise ValueError(f"{path}: no .trace files in this folder")
+        jobs = [job for f in files for job in load_gavel_trace(f)]
+    elif path.suffix == ".trace":
+        jobs = load_gavel_trace(path)
+    else:
+        jobs = load_trace_csv(path)
+    return sorted(jobs, key=lambda j: j.arrival_s)
+
+
+def lower_bound(jobs: Sequence[JobSpec], nodes: Sequence[Node], oracle: OracleEstimates) -> LowerBound:
+    """Bounds from perfect runtimes; jobs no GPU type can run are left out."""
+    gpu_types = sorted({n.gpu_type for n in nodes})
+    total_gpus = sum(n.gpu_count for n in nodes)
+    start = min((j.arrival_s for j in jobs), default=0.0)
+    latest_end = start
+    gpu_work = 0.0
+    for job in jobs:
+        estimates = (oracle.estimate(job, g) for g in gpu_types)
+        runtimes = [e.runtime_s for e in estimates if e is not None and e.runtime_s < math.inf]
+        if not runtimes:
+            continue
+        latest_end = max(latest_end, job.arrival_s + min(runtimes))
+        gpu_work += job.num_gpus * min(runtimes)
+    return LowerBound(longest_job_s=latest_end - start, work_over_capacity_s=gpu_work / total_gpus)
+
+
+def make_estimator(spec: str, table: ThroughputTable, seed: int) -> OracleEstimates:
+    """`oracle` (perfect runtimes) or `noisy:SIGMA` (oracle x seeded log-normal error)."""
+    if spec == "oracle":
+        return OracleEstimates(table)
+    if spec.startswith("noisy:"):
+        try:
+            sigma = float(spec.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(f"--estimates {spec!r}: SIGMA must be a number, e.g. noisy:0.3") from None
+        return NoisyOracle(table, sigma=sigma, seed=seed)
+    raise ValueError(f"--estimates {spec!r}: use oracle or noisy:SIGMA")
+
+
+def run_policy(
+    policy: str,
+    jobs: Sequence[JobSpec],
+    clusters: ClustersConfig,
+    table: ThroughputTable,
+    estimator: OracleEstimates,
+    cpu_threshold: float = 0.7,
+) -> PolicyRun:
+    """Replay `jobs` under `policy` on fresh simulated clusters; returns its figures."""
+    clock = SimClock()
+    nodes = nodes_from_config(clusters)
+    store = JobStore(":memory:", clock=clock)
+    gateway = SimulatedGateway(nodes, GroundTruth(table), clock)
+    transfers = TransferTimes(clusters)
+    migrator = SimulatedMigrator(transfers, clock)
+    scheduler = Scheduler(
+        store,
+        gateway,
+        make_policy(policy),
+        clock,
+        cpu_threshold=cpu_threshold,
+        estimator=estimator,
+        transfers=transfers,
+        migrator=migrator,
+    )
+    started = time.perf_counter()
+    replay(scheduler, gateway, clock, arrivals_from_jobs(jobs), migrator=migrator)
+    wall = time.perf_counter() - started
+    lines = tuple(timelines(store))
+    busy = [Busy(len(e.gpus), e.start, e.end) for e in gateway.executions]
+    summary = summarize(lines, busy, sum(n.gpu_count for n in nodes), migrator.total_s)
+    summary["sim_wall_s"] = wall
+    store.close()
+    return PolicyRun(policy, summary, lines, tuple(gateway.executions))
+
+
+def peer_figures(trace: Path | str, path: Path = PEER_FIGURES) -> list[PeerFigure]:
+    """Gavel's figures for a trace of the same name, if any."""
+    stem = Path(trace).stem
+    out = []
+    with path.open(newline="") as fh:
+        for row in csv.DictReader(line for line in fh if not line.startswith("#")):
+            if row["trace"] != stem:
+                continue
+            window = None
+            if row["jct_jobs"] != "all":
+                first, last = row["jct_jobs"].split("-")
+                window = (int(first), int(last))
+            makespan = float(row["makespan_h"]) if row["makespan_h"] else None
+            out.append(PeerFigure(row["gavel_policy"], float(row["jct_h"]), makespan, window))
+    return out
+
+
+def mean_jct_in_window(run: PolicyRun, window: tuple[int, int] | None) -> float | None:
+    """Mean JCT (s) over jobs first..last in arrival order, the way the peer averaged it."""
+    ordered = sorted(run.timelines, key=lambda t: (t.queued_at, t.job_id))
+    if window is not None:
+        ordered = ordered[window[0] : window[1] + 1]
+    jcts = [t.ended_at - t.queued_at for t in ordered if t.state == JobState.SUCCEEDED]
+    return sum(jcts) / len(jcts) if jcts else None
+
+
+def bench_policies(
+    clusters_path: Path | str,
+    throughputs_path: Path | str,
+    trace_path: Path | str,
+    policies: Sequence[str],
+    seed: int = 0,
+    estimates: str = "oracle",
+    cpu_threshold: float = 0.7,
+    progress: Callable[[str], None] = print,
+) -> BenchResult:
+    """Replay one trace under each policy; figures, lower bound and peer figures in one result."""
+    for name in policies:
+        make_policy(name)
+    clusters = load_model(clusters_path, ClustersConfig)
+    table = ThroughputTable.load(throughputs_path)
+    jobs = load_jobs(trace_path)
+    nodes = nodes_from_config(clusters)
+    oracle = OracleEstimates(table)
+    result = BenchResult(
+        trace=str(trace_path),
+        jobs=len(jobs),
+        total_gpus=sum(n.gpu_count for n in nodes),
+        lower_bound=lower_bound(jobs, nodes, oracle),
+        peer=peer_figures(trace_path),
+    )
+    progress(f"{len(jobs):,} jobs on {result.total_gpus} GPUs in {len(clusters.clusters)} clusters")
+    for name in policies:
+        progress(f"replaying under {name} ...")
+        run = run_policy(name, jobs, clusters, table, make_estimator(estimates, table, seed), cpu_threshold)
+        progress(
+            f"  {name}: {run.summary['succeeded']} succeeded, {run.summary['unfinished']} unfinished, "
+            f"in {run.summary['sim_wall_s']:.1f} s"
+        )
+        result.runs.append(run)
+    return result

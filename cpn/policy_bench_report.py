@@ -1,0 +1,135 @@
+"""What `cpn bench policies` prints and writes: a table, JSON, and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from config.settings import ClustersConfig, load_model
+from cpn.inventory import nodes_from_config
+from cpn.jobs import JobState
+from cpn.plots import busy_fraction, gantt, jct_cdf, utilization_over_time
+from cpn.policy_bench import BenchResult, mean_jct_in_window
+
+COLUMNS = (
+    ("succeeded", "done", "{:,}"),
+    ("failed", "failed", "{:,}"),
+    ("oom", "oom", "{:,}"),
+    ("unfinished", "unfin.", "{:,}"),
+    ("makespan_s", "makespan h", "{:,.1f}"),
+    ("mean_jct_s", "mean JCT h", "{:,.2f}"),
+    ("p50_jct_s", "p50 JCT h", "{:,.2f}"),
+    ("p99_jct_s", "p99 JCT h", "{:,.2f}"),
+    ("mean_wait_s", "wait h", "{:,.2f}"),
+    ("p99_wait_s_large", "p99 wait >=4 GPU h", "{:,.2f}"),
+    ("p99_wait_s_small", "p99 wait 1 GPU h", "{:,.2f}"),
+    ("gpu_utilization", "GPU util", "{:.3f}"),
+    ("transfer_s_total", "transfer h", "{:,.1f}"),
+    ("sim_wall_s", "wall s", "{:.1f}"),
+)
+
+
+def _cell(key: str, value: float | int | None, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if key.endswith("_s") or "_s_" in key:
+        if key != "sim_wall_s":
+            value = value / 3600
+    return fmt.format(value)
+
+
+def to_json(result: BenchResult) -> dict:
+    """`{"lower_bound_makespan_s": X, "policies": {name: metrics}, ...}` as the issue specifies."""
+    out: dict = {
+        "trace": result.trace,
+        "jobs": result.jobs,
+        "total_gpus": result.total_gpus,
+        "lower_bound_makespan_s": result.lower_bound.makespan_s,
+        "lower_bound": {
+            "longest_job_s": result.lower_bound.longest_job_s,
+            "work_over_capacity_s": result.lower_bound.work_over_capacity_s,
+        },
+        "policies": {},
+    }
+    for run in result.runs:
+        metrics = dict(run.summary)
+        metrics["makespan_over_lower_bound"] = run.summary["makespan_s"] / result.lower_bound.makespan_s
+        out["policies"][run.name] = metrics
+    if result.peer:
+        window = result.peer[0].jct_jobs
+        ours = {}
+        for run in result.runs:
+            jct = mean_jct_in_window(run, window)
+            ours[run.name] = {
+                "mean_jct_h_same_window": jct / 3600 if jct is not None else None,
+                "makespan_h": run.summary["makespan_s"] / 3600,
+            }
+        out["peer"] = {
+            "source": "Gavel's simulator, data/gavel/peer/README.md",
+            "jct_jobs": list(window) if window else "all",
+            "figures": {p.policy: {"mean_jct_h": p.jct_h, "makespan_h": p.makespan_h} for p in result.peer},
+            "ours": ours,
+        }
+    return out
+
+
+def format_table(result: BenchResult) -> str:
+    """The comparison as aligned text, makespans also as a ratio to the lower bound."""
+    lb = result.lower_bound
+    header = ["policy", *(label for _, label, _ in COLUMNS), "makespan/LB"]
+    rows = [header]
+    for run in result.runs:
+        cells = [run.name, *(_cell(k, run.summary.get(k), f) for k, _, f in COLUMNS)]
+        cells.append(f"{run.summary['makespan_s'] / lb.makespan_s:.2f}")
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        f"trace {result.trace}: {result.jobs:,} jobs, {result.total_gpus} GPUs",
+        f"makespan lower bound {lb.makespan_s / 3600:,.1f} h (longest job {lb.longest_job_s / 3600:,.1f} h, "
+        f"GPU-work / capacity {lb.work_over_capacity_s / 3600:,.1f} h)",
+        "",
+    ]
+    for r in rows:
+        lines.append(
+            "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        )
+    if result.peer:
+        lines += ["", "Peer: Gavel's simulator on this trace (preemptive, no memory limit, no transfers)"]
+        lines.append(f"  {'gavel policy':<28}{'mean JCT h':>11}{'makespan h':>11}")
+        for p in result.peer:
+            ms = f"{p.makespan_h:,.1f}" if p.makespan_h is not None else "-"
+            lines.append(f"  {p.policy:<28}{p.jct_h:>11,.2f}{ms:>11}")
+        window = result.peer[0].jct_jobs
+        note = f" (JCT over jobs {window[0]}-{window[1]}, as Gavel averages it)" if window else ""
+        lines.append(f"  ours vs Gavel's best JCT / best makespan{note}:")
+        best_jct = min(p.jct_h for p in result.peer)
+        makespans = [p.makespan_h for p in result.peer if p.makespan_h is not None]
+        for run in result.runs:
+            jct = mean_jct_in_window(run, window)
+            jct_txt = f"{jct / 3600:,.2f} h = {jct / 3600 / best_jct:.2f}x" if jct else "-"
+            ms_txt = "-"
+            if makespans:
+                ms_h = run.summary["makespan_s"] / 3600
+                ms_txt = f"{ms_h:,.1f} h = {ms_h / min(makespans):.2f}x"
+            lines.append(f"  {run.name:<28}JCT {jct_txt}; makespan {ms_txt}")
+    return "\n".join(lines)
+
+
+def write_plots(result: BenchResult, clusters_path: Path | str, out_dir: Path | str) -> list[Path]:
+    """JCT CDF and GPU utilisation per policy, and a Gantt chart per cluster per policy."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    nodes = nodes_from_config(load_model(clusters_path, ClustersConfig))
+    jcts = {
+        run.name: [t.ended_at - t.queued_at for t in run.timelines if t.state == JobState.SUCCEEDED]
+        for run in result.runs
+    }
+    written = [jct_cdf(jcts, out / "jct_cdf.png")]
+    series = {run.name: busy_fraction(run.executions, result.total_gpus) for run in result.runs}
+    written.append(utilization_over_time(series, out / "gpu_utilization.png"))
+    for run in result.runs:
+        for cluster in sorted({n.cluster for n in nodes}):
+            cluster_nodes = [n for n in nodes if n.cluster == cluster]
+            runs = [e for e in run.executions if e.cluster == cluster]
+            path = out / f"gantt_{run.name}_{cluster}.png"
+            written.append(gantt(runs, cluster_nodes, path, title=f"{run.name} on {cluster}"))
+    return written
