@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol
 
 from cpn.adapters.gateway import ClusterGateway, JobEvent, SubmitRejected
@@ -17,6 +18,7 @@ from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
 from cpn.jobs import JobSpec, JobState
 from cpn.policies.base import Decision, Estimate, Policy, Snapshot
+from cpn.queue_view import QueueView
 from cpn.store import JobStore
 from cpn.transfer import TransferTimes
 
@@ -75,7 +77,11 @@ class Scheduler:
         self.estimator = estimator
         self.transfers = transfers
         self.migrator = migrator
-        self._location: dict[str, str | None] = {}
+        self.queue = QueueView(store)
+        self._estimates: dict[str, Mapping[str, Estimate]] = {}
+        self._estimated_types: tuple[str, ...] = ()
+        self._transfer_rows: dict[str, Mapping[str, float]] = {}
+        self._transfer_from: dict[str, str] = {}
 
     def apply_events(self, events: list[JobEvent]) -> None:
         """Move jobs along as the clusters report them (running, succeeded, failed)."""
@@ -101,25 +107,48 @@ class Scheduler:
                     at=m.time,
                 )
 
+    def forget_estimates(self) -> None:
+        """Drop cached estimates (after the predictor is retrained); the next round asks again."""
+        self._estimates.clear()
+
+    def _update_estimates(self, pending: tuple[JobSpec, ...], gpu_types: tuple[str, ...]) -> None:
+        if self.estimator is None:
+            return
+        if gpu_types != self._estimated_types:
+            self._estimates.clear()
+            self._estimated_types = gpu_types
+        new = tuple(job for job in pending if job.job_id not in self._estimates)
+        if new:
+            self._estimates.update(self.estimator.estimates(new, gpu_types))
+
+    def _update_transfers(self, pending: tuple[JobSpec, ...]) -> None:
+        if self.transfers is None:
+            return
+        for job in pending:
+            location = self.queue.location(job.job_id)
+            if location is None:
+                self._transfer_rows.pop(job.job_id, None)
+            elif self._transfer_from.get(job.job_id) != location:
+                self._transfer_from[job.job_id] = location
+                self._transfer_rows[job.job_id] = self.transfers.row(job, location)
+
     def snapshot(self) -> Snapshot:
-        """The frozen view the policy decides on."""
-        records = self.store.jobs([JobState.QUEUED])
-        pending = tuple(r.spec for r in records)
-        self._location = {r.job_id: r.location for r in records}
+        """The frozen view the policy decides on.
+
+        Estimates and transfer times are computed once per job (and location) and
+        cached; the snapshot's mappings may hold entries of jobs no longer pending.
+        """
+        self.queue.refresh()
+        pending = self.queue.pending()
         nodes = self.gateway.inventory()
-        estimates: Mapping[str, Mapping[str, Estimate]] = {}
-        if self.estimator is not None and pending:
-            gpu_types = tuple(sorted({n.node.gpu_type for n in nodes}))
-            estimates = self.estimator.estimates(pending, gpu_types)
-        transfer_s: Mapping[str, Mapping[str, float]] = {}
-        if self.transfers is not None:
-            transfer_s = {r.job_id: self.transfers.row(r.spec, r.location) for r in records if r.location}
+        self._update_estimates(pending, tuple(sorted({n.node.gpu_type for n in nodes})))
+        self._update_transfers(pending)
         return Snapshot(
             now=self.clock.now(),
             pending=pending,
             nodes=nodes,
-            estimates=estimates,
-            transfer_s=transfer_s,
+            estimates=MappingProxyType(self._estimates),
+            transfer_s=MappingProxyType(self._transfer_rows),
             cpu_threshold=self.cpu_threshold,
         )
 
@@ -133,7 +162,7 @@ class Scheduler:
             self.store.transition(
                 placement.job_id, JobState.ASSIGNED, cluster=placement.cluster, node=placement.node
             )
-            location = self._location.get(placement.job_id)
+            location = self.queue.location(placement.job_id)
             if self.migrator is not None and location is not None and location != placement.cluster:
                 self.store.transition(
                     placement.job_id, JobState.MIGRATING, reason=f"{location} -> {placement.cluster}"

@@ -88,6 +88,18 @@ class JobRecord:
 
 
 @dataclass(frozen=True)
+class Change:
+    """A job's state after one recorded transition, for readers that follow the store incrementally."""
+
+    job_id: str
+    state: JobState
+    order: int
+    """The job's acceptance position (queue order)."""
+    location: str | None
+    """Where the job's image and data are now."""
+
+
+@dataclass(frozen=True)
 class Transition:
     """One recorded state change of one job."""
 
@@ -232,7 +244,8 @@ class JobStore:
                 else:
                     raise JobConflict(job_id, _differing_fields(stored, text))
             db.executemany(
-                "INSERT INTO jobs (job_id, spec, state, location, submitted_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO jobs (job_id, spec, state, location, submitted_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
                 new_jobs,
             )
             db.executemany(
@@ -321,6 +334,34 @@ class JobStore:
             _transition(row)
             for row in self._read(f"SELECT {_TRANSITION_COLUMNS} FROM transitions ORDER BY seq")
         ]
+
+    def changes_since(self, after: int = 0) -> tuple[int, list[Change]]:
+        """Transitions recorded after position `after`, oldest first, and the position to pass next time.
+
+        Lets a scheduler keep its view of the queue current in time proportional
+        to what changed, instead of re-reading every queued job each round.
+        """
+        rows = self._read(
+            "SELECT t.seq, t.job_id, t.to_state, j.seq, j.location FROM transitions t "
+            "JOIN jobs j ON j.job_id = t.job_id WHERE t.seq > ? ORDER BY t.seq",
+            (after,),
+        )
+        if not rows:
+            return after, []
+        return rows[-1][0], [
+            Change(job_id, JobState(state), order, loc) for _, job_id, state, order, loc in rows
+        ]
+
+    def specs(self, job_ids: Sequence[str]) -> dict[str, JobSpec]:
+        """The specs of those of `job_ids` that exist."""
+        found: dict[str, JobSpec] = {}
+        unique = list(dict.fromkeys(job_ids))
+        for start in range(0, len(unique), _IN_CHUNK):
+            chunk = unique[start : start + _IN_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            for job_id, text in self._read(f"SELECT job_id, spec FROM jobs WHERE job_id IN ({marks})", chunk):
+                found[job_id] = _decode(text)
+        return found
 
     def counts(self) -> dict[JobState, int]:
         """How many jobs are in each state; every state is present, zero included."""

@@ -1,0 +1,46 @@
+"""The scheduler's incremental view of the queue agrees with the store."""
+
+from __future__ import annotations
+
+from cpn.jobs import JobSpec, JobState
+from cpn.queue_view import QueueView
+from cpn.store import JobStore
+
+
+def spec(job_id: str, **kw) -> JobSpec:
+    return JobSpec(job_id=job_id, model="ResNet-18", **kw)
+
+
+def ids(view: QueueView) -> list[str]:
+    return [j.job_id for j in view.pending()]
+
+
+def test_view_follows_arrivals_departures_and_requeues_in_acceptance_order():
+    store = JobStore(":memory:")
+    view = QueueView(store)
+    store.submit([spec("a"), spec("b", source_cluster="x"), spec("c")])
+    view.refresh()
+    assert ids(view) == ["a", "b", "c"]
+    assert view.location("b") == "x"
+
+    store.transition("a", JobState.ASSIGNED, cluster="x", node="n")
+    store.transition("a", JobState.MIGRATING)
+    store.transition("b", JobState.ASSIGNED, cluster="x", node="n")
+    store.submit([spec("d")])
+    view.refresh()
+    assert ids(view) == ["c", "d"]
+
+    store.transition("a", JobState.QUEUED, location="y")
+    view.refresh()
+    assert ids(view) == ["a", "c", "d"], "a re-queued job keeps its place in acceptance order"
+    assert view.location("a") == "y"
+    assert ids(view) == [r.job_id for r in store.jobs([JobState.QUEUED])]
+
+
+def test_job_that_passes_through_the_queue_between_refreshes_is_not_pending():
+    store = JobStore(":memory:")
+    view = QueueView(store)
+    store.submit([spec("a")])
+    store.transition("a", JobState.SCHEDULE_FAILED, reason="too big")
+    view.refresh()
+    assert view.pending() == ()
