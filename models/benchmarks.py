@@ -72,7 +72,9 @@ class BenchmarkCatalog:
     def __init__(self, config: BenchmarksConfig, devices_csv: Path | str = DEVICES_CSV) -> None:
         self.config = config
         self.workloads = tuple(config.workloads)
-        devices = _read_devices(Path(devices_csv)) if any(e.spec is None for e in config.gpus.values()) else {}
+        devices = (
+            _read_devices(Path(devices_csv)) if any(e.spec is None for e in config.gpus.values()) else {}
+        )
         self._profiles: dict[str, GpuProfile] = {}
         for key, entry in config.gpus.items():
             if canonical_gpu(key) != key:
@@ -129,7 +131,9 @@ def _read_devices(path: Path) -> dict[str, tuple[float, float, float]]:
                     figures = (float(rec["mem"]), float(rec["mem_bw"]), float(rec["single"]))
                     out[canonical_gpu(rec["device"])] = figures
                 except (KeyError, TypeError, ValueError) as exc:
-                    raise BenchmarkError(f"{path}:{lineno}: need device, mem, mem_bw, single: {exc}") from None
+                    raise BenchmarkError(
+                        f"{path}:{lineno}: need device, mem, mem_bw, single: {exc}"
+                    ) from None
     except FileNotFoundError:
         raise BenchmarkError(f"{path}: file not found") from None
     return out
@@ -178,12 +182,19 @@ def _result(rec: dict, where: str) -> BenchmarkResult:
         if not isinstance(rec.get(name), str) or not rec[name].strip():
             raise BenchmarkError(f"{where}: field {name!r} must be a non-empty string")
     score = rec.get("score")
-    if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score) or score <= 0:
+    if (
+        isinstance(score, bool)
+        or not isinstance(score, int | float)
+        or not math.isfinite(score)
+        or score <= 0
+    ):
         raise BenchmarkError(f"{where}: field 'score' must be a positive number, got {score!r}")
     return BenchmarkResult(score=float(score), **{name: rec[name].strip() for name in fields})
 
 
-def merge_results(results: Iterable[BenchmarkResult], base: BenchmarksConfig | None = None) -> BenchmarksConfig:
+def merge_results(
+    results: Iterable[BenchmarkResult], base: BenchmarksConfig | None = None
+) -> BenchmarksConfig:
     """`base` with the results folded in (a new config when `base` is None).
 
     Each node gets its scores (median of repeats) under `nodes`; each product measured
@@ -195,9 +206,13 @@ def merge_results(results: Iterable[BenchmarkResult], base: BenchmarksConfig | N
     for r in results:
         declared = workloads.get(r.workload)
         if declared is None and base is not None:
-            raise BenchmarkError(f"result for unknown workload {r.workload!r}; the file has {sorted(workloads)}")
+            raise BenchmarkError(
+                f"result for unknown workload {r.workload!r}; the file has {sorted(workloads)}"
+            )
         if declared is None:
-            workloads[r.workload] = Workload(unit=r.unit, method=r.method, description="measured by benchmark jobs")
+            workloads[r.workload] = Workload(
+                unit=r.unit, method=r.method, description="measured by benchmark jobs"
+            )
         elif (declared.unit, declared.method) != (r.unit, r.method):
             raise BenchmarkError(
                 f"{r.node}/{r.workload}: measured as {r.unit} by {r.method}, but scores here are "

@@ -1,6 +1,7 @@
 """Throughput estimators: random forest (default), XGBoost (comparison), analytical baseline.
 
-All three predict log steps/s of a query and a spread in log space (0.1 ~ +-10%):
+All three predict log steps/s of a query and a spread in log space (0.1 ~ +-10%),
+widened for models never seen by how much model references differ (models.features):
 - `rf`: scikit-learn RandomForest on the residual of the analytical prior
   (models.features); spread = standard deviation across the trees.
 - `xgb`: an ensemble of XGBoost regressors (row and column subsampling, one seed each)
@@ -51,8 +52,10 @@ class Estimator(ABC):
     name: ClassVar[str]
     """Short name used on the command line, in reports and in MLflow."""
 
-    def __init__(self, catalog: BenchmarkCatalog) -> None:
+    def __init__(self, catalog: BenchmarkCatalog, seed: int = 0) -> None:
         self.features = FeatureBuilder(catalog)
+        self.seed = seed
+        """Seed of any randomness in training (the baseline has none)."""
 
     def fit(self, rows: Sequence[ThroughputRow]) -> Estimator:
         """Train on rows with steps_per_sec > 0 (see models.features.training_rows); returns self."""
@@ -68,6 +71,7 @@ class Estimator(ABC):
             raise PredictorInputError("no queries to predict")
         feats = self.features.transform(queries)
         mean, spread = self._predict(queries, feats)
+        spread = np.where(feats.seen, spread, np.hypot(spread, self.features.unseen_spread))
         return Prediction(mean, spread, feats.seen)
 
     def with_catalog(self, catalog: BenchmarkCatalog) -> Estimator:
@@ -104,7 +108,7 @@ class RandomForestEstimator(Estimator):
         min_samples_leaf: int = 1,
         seed: int = 0,
     ) -> None:
-        super().__init__(catalog)
+        super().__init__(catalog, seed)
         self.model = RandomForestRegressor(
             n_estimators=n_estimators,
             max_features=max_features,
@@ -143,7 +147,7 @@ class XGBoostEstimator(Estimator):
         members: int = 5,
         seed: int = 0,
     ) -> None:
-        super().__init__(catalog)
+        super().__init__(catalog, seed)
         if members < 2:
             raise ValueError("xgb needs at least 2 members to give a spread")
         self.members = [
@@ -208,11 +212,10 @@ ESTIMATORS: dict[str, type[Estimator]] = {
 """Estimators by name; `rf` is the default."""
 
 
-def make_estimator(name: str, catalog: BenchmarkCatalog, **params: Any) -> Estimator:
-    """A fresh estimator by name (`rf`, `xgb`, `baseline`); ValueError naming the known ones."""
+def make_estimator(name: str, catalog: BenchmarkCatalog, seed: int = 0, **params: Any) -> Estimator:
+    """A fresh estimator by name (`rf`, `xgb`, `baseline`); PredictorInputError naming the known ones."""
     try:
         cls = ESTIMATORS[name]
     except KeyError:
-        raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}") from None
-    return cls(catalog, **params)
-
+        raise PredictorInputError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}") from None
+    return cls(catalog, seed=seed, **params)

@@ -24,7 +24,7 @@ import numpy as np
 
 from cpn.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
-from models.estimators import make_estimator
+from models.estimators import Prediction, make_estimator
 from models.features import Query, model_key, query_of
 
 SPLITS = ("random", "leave_gpu_out", "leave_model_out")
@@ -74,10 +74,16 @@ def folds(rows: Sequence[ThroughputRow], split: str, seed: int = 0) -> list[tupl
     return [(np.flatnonzero(groups != v), np.flatnonzero(groups == v)) for v in values]
 
 
-def metrics(actual: np.ndarray, predicted: np.ndarray, gpu_types: Sequence[str]) -> dict[str, Any]:
-    """MAPE, median APE, R^2 of log values, and MAPE per GPU type, of predicted vs actual steps/s."""
+def metrics(actual: np.ndarray, prediction: Prediction, gpu_types: Sequence[str]) -> dict[str, Any]:
+    """Scores of predicted vs actual steps/s.
+
+    mape, median_ape (fractions), r2 (of log steps/s), per_gpu (MAPE per GPU type),
+    spread_coverage (share of rows whose actual value lies within the predicted value
+    times/divided by exp(spread): about 0.68 for a calibrated spread) and n.
+    """
+    predicted = prediction.steps_per_sec
     ape = np.abs(predicted - actual) / actual
-    log_a, log_p = np.log(actual), np.log(predicted)
+    log_a, log_p = np.log(actual), prediction.log_steps_per_sec
     ss_tot = float(np.sum((log_a - log_a.mean()) ** 2))
     gpus = np.asarray(gpu_types)
     return {
@@ -85,6 +91,7 @@ def metrics(actual: np.ndarray, predicted: np.ndarray, gpu_types: Sequence[str])
         "median_ape": float(np.median(ape)),
         "r2": 1.0 - float(np.sum((log_a - log_p) ** 2)) / ss_tot if ss_tot > 0 else None,
         "per_gpu": {g: float(ape[gpus == g].mean()) for g in sorted(set(gpu_types))},
+        "spread_coverage": float(np.mean(np.abs(log_a - log_p) <= prediction.log_spread)),
         "n": len(actual),
     }
 
@@ -96,16 +103,17 @@ def out_of_fold(
     split: str,
     seed: int = 0,
     params: dict[str, Any] | None = None,
-) -> np.ndarray | None:
-    """Predicted steps/s of every row by a model that never saw it; None if the split is impossible."""
+) -> Prediction | None:
+    """Prediction of every row by a model that never saw it; None if the split is impossible."""
     splits = folds(rows, split, seed)
     if not splits:
         return None
-    predicted = np.empty(len(rows))
+    mean, spread, seen = np.empty(len(rows)), np.empty(len(rows)), np.empty(len(rows), dtype=bool)
     for train, test in splits:
-        est = make_estimator(estimator, catalog, **(params or {})).fit([rows[i] for i in train])
-        predicted[test] = est.predict([query_of(rows[i]) for i in test]).steps_per_sec
-    return predicted
+        est = make_estimator(estimator, catalog, seed, **(params or {})).fit([rows[i] for i in train])
+        p = est.predict([query_of(rows[i]) for i in test])
+        mean[test], spread[test], seen[test] = p.log_steps_per_sec, p.log_spread, p.seen
+    return Prediction(mean, spread, seen)
 
 
 def timing(
@@ -118,13 +126,15 @@ def timing(
 ) -> tuple[float, float]:
     """(seconds to train on all rows, milliseconds to predict `pairs` (job, GPU type) pairs; best of 5)."""
     start = time.perf_counter()
-    est = make_estimator(estimator, catalog, **(params or {})).fit(rows)
+    est = make_estimator(estimator, catalog, seed, **(params or {})).fit(rows)
     train_s = time.perf_counter() - start
     configs = sorted({(r.model, r.batch_size, r.num_gpus) for r in rows}, key=repr)
     gpus = catalog.gpu_types()
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(configs), pairs)
-    queries = [Query(configs[c][0], configs[c][1], gpus[i % len(gpus)], configs[c][2]) for i, c in enumerate(picks)]
+    queries = [
+        Query(configs[c][0], configs[c][1], gpus[i % len(gpus)], configs[c][2]) for i, c in enumerate(picks)
+    ]
     runs = []
     for _ in range(5):
         start = time.perf_counter()
@@ -161,8 +171,8 @@ def bench(
         test_actual = np.array([r.steps_per_sec for r in test_rows])
         queries = [query_of(r) for r in test_rows]
         for name in estimators:
-            est = make_estimator(name, catalog).fit(rows)
-            predicted = est.predict(queries).steps_per_sec
+            est = make_estimator(name, catalog, seed).fit(rows)
+            predicted = est.predict(queries)
             report["splits"].setdefault("external", {})[name] = metrics(
                 test_actual, predicted, [r.gpu_type for r in test_rows]
             )
@@ -189,20 +199,28 @@ def targets(report: dict[str, Any], estimator: str = DEFAULT_ESTIMATOR) -> list[
 
 def format_report(report: dict[str, Any]) -> str:
     """The report as a plain-text table."""
-    lines = [f"{'split':<16} {'estimator':<9} {'MAPE':>7} {'medAPE':>7} {'R2(log)':>8}  MAPE per GPU type"]
+    head = f"{'split':<16} {'estimator':<9} {'MAPE':>7} {'medAPE':>7} {'R2(log)':>8} {'cover':>6}"
+    lines = [f"{head}  MAPE per GPU type"]
     for split, by_est in report["splits"].items():
         for name, m in by_est.items():
             r2 = f"{m['r2']:8.3f}" if m["r2"] is not None else f"{'n/a':>8}"
             per_gpu = " ".join(f"{g}={v:.1%}" for g, v in m["per_gpu"].items())
-            lines.append(f"{split:<16} {name:<9} {m['mape']:7.1%} {m['median_ape']:7.1%} {r2}  {per_gpu}")
+            cover = f"{m['spread_coverage']:6.0%}"
+            lines.append(
+                f"{split:<16} {name:<9} {m['mape']:7.1%} {m['median_ape']:7.1%} {r2} {cover}  {per_gpu}"
+            )
     for split in report.get("skipped_splits", []):
         lines.append(f"{split:<16} (skipped: the data has too few distinct values to hold one out)")
+    lines.append("R2 of log steps/s; cover: share of rows within the estimator's raw spread (a calibrated")
+    lines.append("spread covers 0.68; the served Predictor rescales it on out-of-fold errors)")
     lines.append("")
     lines.append(f"{'estimator':<9} {'train (s)':>10} {'1,000 predictions (ms)':>24}")
     for name, s in report["train_s"].items():
         lines.append(f"{name:<9} {s:10.2f} {report['predict_1000_ms'][name]:24.1f}")
     lines.append("")
     lines.append(f"targets for the default estimator ({DEFAULT_ESTIMATOR}):")
+    if not report["targets"]:
+        lines.append(f"  none checked: {DEFAULT_ESTIMATOR} was not evaluated")
     for t in report["targets"]:
         value = f"{t['value']:.1%}" if "MAPE" in t["name"] else f"{t['value']:.2f}"
         limit = f"{t['limit']:.0%}" if "MAPE" in t["name"] else f"{t['limit']:g}"

@@ -11,7 +11,8 @@ model's measured throughput with GPU speed and GPU count divided out (mean over 
 training rows). For a batch size the model was not measured at, ref is interpolated
 log-log between the nearest measured batch sizes; beyond them it assumes constant
 samples/s (steps/s proportional to 1/batch). A model never seen gets the median ref
-and is flagged unseen (the scheduler explores it). Tree models cannot extrapolate to a
+and is flagged unseen (the scheduler explores it); the estimators widen its spread by
+the spread of the refs. Tree models cannot extrapolate to a
 GPU faster than any they were trained on; predicting the residual of a prior that
 already scales with the benchmark scores lets them generalise to new GPU types.
 
@@ -22,6 +23,7 @@ one-hot of the model. Inputs are validated; nothing malformed becomes a zero.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -71,7 +73,9 @@ class Query:
             _positive_int(self.batch_size, f"{self.model}: batch_size")
         _positive_int(self.num_gpus, f"{self.model}: num_gpus")
         if not isinstance(self.gpu_type, str) or not self.gpu_type.strip():
-            raise PredictorInputError(f"{self.model}: gpu_type must be a non-empty string, got {self.gpu_type!r}")
+            raise PredictorInputError(
+                f"{self.model}: gpu_type must be a non-empty string, got {self.gpu_type!r}"
+            )
 
 
 def query_of(row: ThroughputRow) -> Query:
@@ -112,6 +116,8 @@ class FeatureBuilder:
         self._batches: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._fixed_batch: set[str] = set()
         self._default_ref = 0.0
+        self.unseen_spread = 0.0
+        """Spread of the model references (log space): how wrong the median is for a model never seen."""
 
     @property
     def feature_names(self) -> list[str]:
@@ -142,6 +148,7 @@ class FeatureBuilder:
             )
         self._refs = {k: float(np.mean(v)) for k, v in sums.items()}
         self._default_ref = float(np.median(list(self._refs.values())))
+        self.unseen_spread = float(np.std(list(self._refs.values())))
         by_model: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self._fixed_batch = set()
         for (m, b), ref in self._refs.items():
@@ -149,7 +156,9 @@ class FeatureBuilder:
                 self._fixed_batch.add(m)
             else:
                 by_model[m].append((math.log(b), ref))
-        self._batches = {m: tuple(np.array(c) for c in zip(*sorted(v), strict=True)) for m, v in by_model.items()}
+        self._batches = {
+            m: tuple(np.array(c) for c in zip(*sorted(v), strict=True)) for m, v in by_model.items()
+        }
         self.models = tuple(sorted({m for m, _ in self._refs}))
         return self
 
@@ -157,8 +166,8 @@ class FeatureBuilder:
         profile = self.catalog.find(q.gpu_type, q.node)
         if profile is None:
             raise PredictorInputError(
-                f"unknown GPU type {q.gpu_type!r}; the benchmarks file knows {list(self.catalog.gpu_types())}; "
-                "add the product's scores (and specs) to it"
+                f"unknown GPU type {q.gpu_type!r}; the benchmarks file knows "
+                f"{list(self.catalog.gpu_types())}; add the product's scores (and specs) to it"
             )
         return profile
 
@@ -168,7 +177,8 @@ class FeatureBuilder:
         if (key, batch) in self._refs:
             return self._refs[(key, batch)]
         if batch is None:
-            raise PredictorInputError(f"model {key!r} needs a batch size: it was measured with batch sizes")
+            measured = sorted(round(math.exp(x)) for x in self._batches[key][0])
+            raise PredictorInputError(f"model {key!r} needs a batch size: it was measured at {measured}")
         if key not in self._batches:
             raise PredictorInputError(f"model {key!r} runs at a fixed batch; give no batch size, not {batch}")
         xs, ys = self._batches[key]
@@ -184,18 +194,23 @@ class FeatureBuilder:
         if not self.models:
             raise PredictorInputError("FeatureBuilder.transform called before fit")
         n_gpu = 3 + len(self.catalog.workloads)
-        X = np.zeros((len(queries), 4 + n_gpu + len(self.models)))
+        X = np.zeros((len(queries), 3 + n_gpu + len(self.models)))
         prior = np.empty(len(queries))
         log_speed = np.empty(len(queries))
         seen = np.empty(len(queries), dtype=bool)
-        column = {m: 4 + n_gpu + i for i, m in enumerate(self.models)}
+        column = {m: 3 + n_gpu + i for i, m in enumerate(self.models)}
         gpu_cache: dict[tuple[str, str | None], tuple[GpuProfile, list[float]]] = {}
         for i, q in enumerate(queries):
             key = model_key(q.model)
             cached = gpu_cache.get((q.gpu_type, q.node))
             if cached is None:
                 p = self._profile(q)
-                vec = [*(math.log(s) for s in p.scores), math.log(p.mem_bw_gbps), math.log(p.fp32_tflops), p.memory_gb]
+                vec = [
+                    *(math.log(s) for s in p.scores),
+                    math.log(p.mem_bw_gbps),
+                    math.log(p.fp32_tflops),
+                    p.memory_gb,
+                ]
                 cached = gpu_cache[(q.gpu_type, q.node)] = (p, vec)
             profile, gpu_vec = cached
             ref = self._ref(key, q.batch_size)
@@ -217,7 +232,6 @@ class FeatureBuilder:
                 "the new benchmarks file scores other workloads or by another method than the one the "
                 "model was trained with; retrain instead"
             )
-        clone = FeatureBuilder.__new__(FeatureBuilder)
-        clone.__dict__.update(self.__dict__)
+        clone = copy.copy(self)
         clone.catalog = catalog
         return clone

@@ -32,8 +32,14 @@ class MemorySample:
     gpu_mem_gb: float
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.gpu_mem_gb, int | float) and math.isfinite(self.gpu_mem_gb) and self.gpu_mem_gb > 0):
-            raise PredictorInputError(f"{self.model}: gpu_mem_gb must be a positive number, got {self.gpu_mem_gb!r}")
+        if not (
+            isinstance(self.gpu_mem_gb, int | float)
+            and math.isfinite(self.gpu_mem_gb)
+            and self.gpu_mem_gb > 0
+        ):
+            raise PredictorInputError(
+                f"{self.model}: gpu_mem_gb must be a positive number, got {self.gpu_mem_gb!r}"
+            )
 
 
 class MemoryModel:
@@ -61,7 +67,7 @@ class MemoryModel:
         if batch_size is None or not sized:
             return max(by_batch.values())
         if len(sized) == 1:
-            (b0, m0), = sized.items()
+            ((b0, m0),) = sized.items()
             return m0 * max(1.0, batch_size / b0)
         slope, intercept = np.polyfit(list(sized), list(sized.values()), 1)
         return max(float(intercept + slope * batch_size), min(sized.values()))

@@ -6,6 +6,11 @@ samples_per_gb comes from the benchmarks file's `samples_per_gb` for the model (
 in throughput tables count every worker's steps, so an epoch is samples / per-GPU batch
 steps whatever the GPU count). A job with neither is rejected with PredictorInputError.
 
+Uncertainty is the estimator's spread (across trees or ensemble members) times a scale
+calibrated on out-of-fold errors of the training rows (random split), so that about 68%
+of rows fall within it: raw spreads of tree ensembles are not calibrated (XGBoost's
+members agree far more than their errors warrant).
+
 This module does not import MLflow: the simulator can train and use a Predictor
 directly; models.registry stores, registers and loads it.
 """
@@ -23,6 +28,7 @@ from cpn.policies.base import Estimate
 from cpn.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Estimator, Prediction, make_estimator
+from models.evaluation import out_of_fold
 from models.features import PredictorInputError, Query, model_key
 from models.memory import MemoryModel, MemorySample
 
@@ -30,9 +36,13 @@ from models.memory import MemoryModel, MemorySample
 class Predictor:
     """A trained throughput estimator plus a GPU memory model, answering in scheduler terms."""
 
-    def __init__(self, estimator: Estimator, memory: MemoryModel | None = None) -> None:
+    def __init__(
+        self, estimator: Estimator, memory: MemoryModel | None = None, spread_scale: float = 1.0
+    ) -> None:
         self.estimator = estimator
         self.memory = memory or MemoryModel()
+        self.spread_scale = spread_scale
+        """Factor from the estimator's raw spread to a calibrated one (see calibrate_spread)."""
         samples = estimator.features.catalog.config.samples_per_gb
         self._samples_per_gb = {model_key(name): v for name, v in samples.items()}
 
@@ -43,16 +53,21 @@ class Predictor:
 
     def with_catalog(self, catalog: BenchmarkCatalog) -> Predictor:
         """A copy that also knows the GPU types of `catalog`, scored the same way; no retraining."""
-        return Predictor(self.estimator.with_catalog(catalog), self.memory)
+        return Predictor(self.estimator.with_catalog(catalog), self.memory, self.spread_scale)
 
     def throughput(self, queries: Sequence[Query]) -> Prediction:
-        """Predicted steps/s, spread and seen-flag of each query (vectorised)."""
-        return self.estimator.predict(queries)
+        """Predicted steps/s, calibrated spread and seen-flag of each query (vectorised)."""
+        raw = self.estimator.predict(queries)
+        return Prediction(raw.log_steps_per_sec, raw.log_spread * self.spread_scale, raw.seen)
 
     def steps(self, job: JobSpec) -> int:
         """Training steps `job` runs; PredictorInputError if it gives too little to tell."""
         if job.total_steps is not None:
-            if isinstance(job.total_steps, bool) or not isinstance(job.total_steps, int) or job.total_steps < 1:
+            if (
+                isinstance(job.total_steps, bool)
+                or not isinstance(job.total_steps, int)
+                or job.total_steps < 1
+            ):
                 raise PredictorInputError(f"job {job.job_id}: total_steps must be a positive integer")
             return job.total_steps
         spg = self._samples_per_gb.get(model_key(job.model))
@@ -67,7 +82,9 @@ class Predictor:
         """Runtime, memory, uncertainty and explore flag of `job` on `gpu_type` (optionally one node)."""
         return self.estimate_pairs([(job, gpu_type, node)])[0]
 
-    def estimate_many(self, jobs: Sequence[JobSpec], gpu_types: Sequence[str]) -> dict[str, dict[str, Estimate]]:
+    def estimate_many(
+        self, jobs: Sequence[JobSpec], gpu_types: Sequence[str]
+    ) -> dict[str, dict[str, Estimate]]:
         """Every job on every GPU type, in one vectorised call: job_id -> GPU type -> Estimate."""
         pairs = [(job, gpu, None) for job in jobs for gpu in gpu_types]
         out: dict[str, dict[str, Estimate]] = {}
@@ -99,14 +116,21 @@ class Predictor:
             for i, (job, _, _) in enumerate(pairs)
         ]
 
-    def describe(self) -> dict[str, Any]:
-        """What the predictor is, for logs and MLflow tags."""
-        return {
-            "estimator": self.estimator.name,
-            "models": list(self.estimator.features.models),
-            "gpu_types": list(self.catalog.gpu_types()),
-            "memory_models": self.memory.models(),
-        }
+
+def calibrate_spread(
+    rows: Sequence[ThroughputRow],
+    catalog: BenchmarkCatalog,
+    estimator: str,
+    seed: int = 0,
+    params: dict[str, Any] | None = None,
+) -> float:
+    """Scale that makes 68% of out-of-fold errors fall within the spread (1.0 if rows are too few)."""
+    pred = out_of_fold(rows, catalog, estimator, "random", seed, params)
+    if pred is None:
+        return 1.0
+    errors = np.abs(np.log([r.steps_per_sec for r in rows]) - pred.log_steps_per_sec)
+    ratios = errors / np.maximum(pred.log_spread, 1e-6)
+    return max(float(np.quantile(ratios, 0.68)), 1e-3)
 
 
 def fit_predictor(
@@ -114,7 +138,14 @@ def fit_predictor(
     catalog: BenchmarkCatalog,
     estimator: str = "rf",
     memory_samples: Sequence[MemorySample] = (),
+    calibrate: bool = True,
+    seed: int = 0,
     **params: Any,
 ) -> Predictor:
-    """Train a Predictor on measured rows (see models.features.training_rows) and memory samples."""
-    return Predictor(make_estimator(estimator, catalog, **params).fit(rows), MemoryModel(memory_samples))
+    """Train a Predictor on measured rows (see models.features.training_rows) and memory samples.
+
+    With `calibrate`, five more fits on the rows set the spread scale (calibrate_spread).
+    """
+    scale = calibrate_spread(rows, catalog, estimator, seed, params) if calibrate else 1.0
+    fitted = make_estimator(estimator, catalog, seed, **params).fit(rows)
+    return Predictor(fitted, MemoryModel(memory_samples), scale)

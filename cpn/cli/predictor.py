@@ -1,0 +1,236 @@
+"""`cpn predictor train|predict|ingest` and `cpn bench predictor` (see docs/predictor.md).
+
+The predictor lives in `models/` (scikit-learn, XGBoost, MLflow); it is imported only
+when one of these commands runs, so `cpn --help` stays fast and the domain core does
+not load MLflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from config.benchmarks import BENCHMARKS_YAML
+from config.settings import ConfigError
+from cpn.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `predictor` command with its `train`, `predict` and `ingest` actions."""
+    p = sub.add_parser(
+        "predictor",
+        help="train, query and feed the runtime/memory predictor",
+        description="Train the predictor into MLflow, ask the champion for estimates, or ingest "
+        "benchmark job logs into a benchmarks file.",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    train = actions.add_parser(
+        "train",
+        help="train RF and XGBoost, log both to MLflow, register, move the champion alias if better",
+        description="Each estimator becomes one MLflow run (parameters, split metrics, plots, model) and "
+        "a registered version; the champion alias moves only if the new version beats it on the same "
+        "held-out configurations.",
+    )
+    _data_args(train)
+    _mlflow_args(train)
+    train.add_argument(
+        "--experiment", default="cpn-predictor", help="MLflow experiment (default: %(default)s)"
+    )
+    train.add_argument(
+        "--estimators", default="rf,xgb", help="comma-separated: rf, xgb, baseline (default: %(default)s)"
+    )
+    train.add_argument("--seed", type=int, default=0, help="seed of folds, hold-out and models (default: 0)")
+    train.set_defaults(func=run_train)
+
+    predict = actions.add_parser(
+        "predict",
+        help="estimate a job's runtime on each GPU type with the champion model",
+        description="Loads models:/NAME@champion and prints one estimate per GPU type as JSON.",
+    )
+    predict.add_argument("--model", required=True, help="model name, e.g. ResNet-50")
+    predict.add_argument("--batch-size", type=int, help="per-GPU batch size (omit for fixed-batch models)")
+    predict.add_argument("--gpus", type=int, default=1, help="GPU count (default: 1)")
+    predict.add_argument(
+        "--gpu-type", action="append", help="GPU type (repeatable; default: every known type)"
+    )
+    predict.add_argument("--total-steps", type=int, help="training steps")
+    predict.add_argument("--epochs", type=int, default=1, help="epochs, with --data-size-gb (default: 1)")
+    predict.add_argument("--data-size-gb", type=float, default=0.0, help="dataset size in GB")
+    _mlflow_args(predict)
+    predict.set_defaults(func=run_predict)
+
+    ingest = actions.add_parser(
+        "ingest",
+        help="turn benchmark job logs into a benchmarks YAML (per-node and per-product scores)",
+        description="Reads CPN_BENCH lines from logs of examples/benchmark-job.yaml and writes a "
+        "benchmarks file; with --benchmarks, folds them into that file's scores.",
+    )
+    ingest.add_argument("logs", nargs="+", help="log files of benchmark jobs")
+    ingest.add_argument("--benchmarks", help="benchmarks YAML to extend (default: start a new one)")
+    ingest.add_argument("--out", required=True, help="benchmarks YAML to write")
+    ingest.set_defaults(func=run_ingest)
+
+
+def register_bench(bench_sub: argparse._SubParsersAction) -> None:
+    """Add `bench predictor` to the `cpn bench` command's sub-parsers."""
+    p = bench_sub.add_parser(
+        "predictor",
+        help="evaluate RF, XGBoost and the analytical baseline on three splits",
+        description="Cross-validates every estimator on random held-out configurations, "
+        "leave-one-GPU-type-out and leave-one-model-out (and on --test as split `external`), "
+        "prints MAPE, median APE, R^2 of log steps/s and MAPE per GPU type, training time and "
+        "the time to predict 1,000 (job, GPU type) pairs, and the issue's targets.",
+    )
+    _data_args(p)
+    p.add_argument("--test", help="second throughput CSV: train on all of --data, score on it as `external`")
+    p.add_argument("--json", dest="json_out", help="also write the report as JSON to this file")
+    p.add_argument(
+        "--estimators", default="rf,xgb,baseline", help="comma-separated estimators (default: %(default)s)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the folds and models (default: 0)")
+    p.set_defaults(func=run_bench)
+
+
+def _data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--data",
+        help="throughput CSV (model,batch_size,gpu_product,num_gpus,steps_per_sec); "
+        "default: Gavel's measured table",
+    )
+    p.add_argument(
+        "--benchmarks", help="benchmarks YAML with the GPU types (default: config/benchmarks.yaml)"
+    )
+
+
+def _mlflow_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tracking-uri", default="sqlite:///mlflow.db", help="MLflow tracking URI (default: %(default)s)"
+    )
+    p.add_argument(
+        "--model-name", default="cpn-predictor", help="registered model name (default: %(default)s)"
+    )
+
+
+def _load_inputs(args: argparse.Namespace):
+    from models.benchmarks import BenchmarkCatalog
+    from models.features import training_rows
+
+    catalog = BenchmarkCatalog.load(args.benchmarks or BENCHMARKS_YAML)
+    data = args.data or str(GAVEL_ISOLATED)
+    return training_rows(ThroughputTable.load(data)), catalog, data
+
+
+def _fail(command: str, exc: Exception) -> int:
+    print(f"cpn {command}: {exc}", file=sys.stderr)
+    return 2
+
+
+def _input_errors() -> tuple[type[Exception], ...]:
+    """Errors that mean 'your input is unusable' (exit 2 with the message), not a bug."""
+    from models.benchmarks import BenchmarkError
+    from models.features import PredictorInputError
+
+    return ConfigError, ThroughputFormatError, BenchmarkError, PredictorInputError
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """`cpn bench predictor`: print the evaluation table; exit 2 on unusable inputs."""
+    from models.evaluation import bench, format_report
+    from models.features import training_rows
+
+    try:
+        rows, catalog, _ = _load_inputs(args)
+        test = training_rows(ThroughputTable.load(args.test)) if args.test else None
+        report = bench(rows, catalog, _names(args.estimators), test_rows=test, seed=args.seed)
+    except _input_errors() as exc:
+        return _fail("bench predictor", exc)
+    print(format_report(report))
+    if args.json_out:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"\nwrote {args.json_out}")
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """`cpn predictor train`: one MLflow run per estimator; prints versions and the champion decision."""
+    from models.registry import train_and_register
+
+    try:
+        rows, catalog, data = _load_inputs(args)
+        results = train_and_register(
+            rows,
+            catalog,
+            estimators=_names(args.estimators),
+            tracking_uri=args.tracking_uri,
+            experiment=args.experiment,
+            model_name=args.model_name,
+            seed=args.seed,
+            data_source=Path(data).name,
+        )
+    except _input_errors() as exc:
+        return _fail("predictor train", exc)
+    for r in results:
+        print(f"{r.estimator:<9} run {r.run_id} version {r.version}: {r.reason}")
+    print(f"tracking store: {args.tracking_uri}  (mlflow ui --backend-store-uri {args.tracking_uri})")
+    return 0
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """`cpn predictor predict`: the champion's estimate on each GPU type, as JSON."""
+    from cpn.jobs import JobSpec
+    from models.registry import PredictorUnavailable, load_champion
+
+    job = JobSpec(
+        job_id="cli",
+        model=args.model,
+        batch_size=args.batch_size,
+        num_gpus=args.gpus,
+        epochs=args.epochs,
+        data_size_gb=args.data_size_gb,
+        total_steps=args.total_steps,
+    )
+    try:
+        predictor = load_champion(args.tracking_uri, args.model_name)
+        gpu_types = args.gpu_type or list(predictor.catalog.gpu_types())
+        estimates = predictor.estimate_many([job], gpu_types)["cli"]
+    except (PredictorUnavailable, *_input_errors()) as exc:
+        return _fail("predictor predict", exc)
+    print(json.dumps({gpu: est.__dict__ for gpu, est in estimates.items()}, indent=2))
+    return 0
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    """`cpn predictor ingest`: parse benchmark logs, merge, validate, write a benchmarks YAML."""
+    from config.benchmarks import dump_benchmarks, load_benchmarks
+    from models.benchmarks import BenchmarkCatalog, BenchmarkError, merge_results, parse_benchmark_log
+
+    try:
+        results = []
+        for log in args.logs:
+            try:
+                text = Path(log).read_text()
+            except OSError as exc:
+                raise ConfigError(f"{log}: cannot read: {exc.strerror}") from None
+            results += parse_benchmark_log(text, source=log)
+        merged = merge_results(results, load_benchmarks(args.benchmarks) if args.benchmarks else None)
+    except _input_errors() as exc:
+        return _fail("predictor ingest", exc)
+    dump_benchmarks(merged, args.out)
+    nodes = sorted({r.node for r in results})
+    print(f"wrote {args.out}: {len(results)} results from {len(nodes)} node(s): {', '.join(nodes)}")
+    try:
+        BenchmarkCatalog(merged)
+    except BenchmarkError as exc:
+        print(f"before the predictor can use it: {exc}", file=sys.stderr)
+    return 0
+
+
+def _names(csv_names: str) -> list[str]:
+    names = [n.strip() for n in csv_names.split(",") if n.strip()]
+    if not names:
+        raise SystemExit("cpn: --estimators names no estimator")
+    return names

@@ -1,0 +1,413 @@
+"""MLflow: one run per trained estimator, the model registry, the `champion` alias, loading with fallback.
+
+`train_and_register` trains each estimator on the data less a held-out 20% of its
+configurations, logs parameters, the three cross-validated splits' metrics, timings, a
+predicted-vs-actual plot and feature importances, logs the Predictor as a pyfunc model
+with its signature and registers it. The `champion` alias moves to a new version only
+when it beats the current champion on the *same* held-out rows (the new run's; the
+champion may even have trained on them, which only makes it harder to beat).
+
+`ChampionLoader` loads `models:/NAME@champion` and, when MLflow cannot be reached or the
+model cannot be loaded, keeps serving the last model it loaded and logs that it does.
+
+The default tracking store is a SQLite file in the working directory (artifacts in
+`mlruns/` beside it): no server is needed; `mlflow ui --backend-store-uri sqlite:///mlflow.db`
+shows the runs side by side.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from mlflow.artifacts import download_artifacts
+from mlflow.exceptions import MlflowException
+from mlflow.models import ModelSignature
+from mlflow.tracking import MlflowClient
+from mlflow.types import ColSpec, Schema
+
+from cpn.throughput import ThroughputRow
+from models.benchmarks import BenchmarkCatalog
+from models.estimators import Prediction
+from models.evaluation import SPLITS, config_key, metrics, out_of_fold, timing
+from models.features import PredictorInputError, Query, query_of
+from models.memory import MemorySample
+from models.predictor import Predictor, fit_predictor
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+"""Local SQLite store in the working directory; `mlflow ui` reads it without a server."""
+EXPERIMENT = "cpn-predictor"
+"""The one experiment every training run goes to."""
+REGISTERED_MODEL = "cpn-predictor"
+"""Registered model name the scheduler loads."""
+CHAMPION = "champion"
+"""Alias of the version the scheduler serves."""
+HOLDOUT_FRACTION = 0.2
+"""Share of configurations held out to decide the champion."""
+
+LOGGED_METRICS = ("mape", "median_ape", "r2", "spread_coverage")
+"""Metrics logged per split (and `holdout_`), besides MAPE per GPU type."""
+
+INPUT_COLUMNS = ("model", "batch_size", "gpu_type", "num_gpus")
+"""Columns of the pyfunc model's input; batch_size is NaN for fixed-batch models."""
+
+SIGNATURE = ModelSignature(
+    inputs=Schema(
+        [
+            ColSpec("string", "model"),
+            ColSpec("double", "batch_size"),
+            ColSpec("string", "gpu_type"),
+            ColSpec("long", "num_gpus"),
+        ]
+    ),
+    outputs=Schema(
+        [ColSpec("double", "steps_per_sec"), ColSpec("double", "uncertainty"), ColSpec("boolean", "explore")]
+    ),
+)
+"""The pyfunc model's signature: queries in, predicted steps/s, relative spread and explore flag out."""
+
+
+class PredictorUnavailable(RuntimeError):
+    """No model could be loaded and none was loaded before."""
+
+
+class PredictorModel(mlflow.pyfunc.PythonModel):
+    """The Predictor as an MLflow pyfunc model: a DataFrame of queries in, steps/s out."""
+
+    def __init__(self, predictor: Predictor) -> None:
+        self.predictor = predictor
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
+        """Columns model, batch_size, gpu_type, num_gpus -> steps_per_sec, uncertainty, explore."""
+        queries = [
+            Query(str(m), _whole(b, "batch_size"), str(g), _whole(n, "num_gpus"))
+            for m, b, g, n in model_input[list(INPUT_COLUMNS)].itertuples(index=False)
+        ]
+        pred = self.predictor.throughput(queries)
+        return pd.DataFrame(
+            {
+                "steps_per_sec": pred.steps_per_sec,
+                "uncertainty": np.expm1(pred.log_spread),
+                "explore": ~pred.seen,
+            }
+        )
+
+
+def _whole(value: Any, column: str) -> int | None:
+    """A whole number from a frame cell (NaN -> None); PredictorInputError for a fraction."""
+    if pd.isna(value):
+        return None
+    if float(value) != int(value):
+        raise PredictorInputError(f"{column} must be a whole number, got {value!r}")
+    return int(value)
+
+
+def queries_frame(rows: Sequence[ThroughputRow]) -> pd.DataFrame:
+    """The pyfunc input frame of measured rows."""
+    return pd.DataFrame(
+        {
+            "model": [r.model for r in rows],
+            "batch_size": [float(r.batch_size) if r.batch_size is not None else np.nan for r in rows],
+            "gpu_type": [r.gpu_type for r in rows],
+            "num_gpus": np.array([r.num_gpus for r in rows], dtype=np.int64),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one estimator's training run produced."""
+
+    estimator: str
+    run_id: str
+    version: str
+    """Registered model version."""
+    holdout_mape: float
+    champion: bool
+    """True if this version took the champion alias."""
+    reason: str
+    """Why the alias moved or stayed."""
+
+
+def holdout_split(
+    rows: Sequence[ThroughputRow], fraction: float = HOLDOUT_FRACTION, seed: int = 0
+) -> tuple[list[ThroughputRow], list[ThroughputRow]]:
+    """(train, held out): a random `fraction` of configurations, every row of one on the same side."""
+    keys = sorted({config_key(r) for r in rows}, key=repr)
+    n_out = int(round(len(keys) * fraction))
+    if n_out < 1 or n_out >= len(keys):
+        raise PredictorInputError(f"cannot hold out {fraction:.0%} of {len(keys)} configurations")
+    held = {keys[i] for i in np.random.default_rng(seed).permutation(len(keys))[:n_out]}
+    return [r for r in rows if config_key(r) not in held], [r for r in rows if config_key(r) in held]
+
+
+def _experiment_id(client: MlflowClient, tracking_uri: str, name: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = None
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri.removeprefix("sqlite:///"))
+        location = (db.resolve().parent / "mlruns").as_uri()
+    return client.create_experiment(name, artifact_location=location)
+
+
+def _pip_requirements() -> list[str]:
+    return [
+        f"mlflow=={package_version('mlflow')}",
+        f"scikit-learn=={package_version('scikit-learn')}",
+        f"xgboost-cpu=={package_version('xgboost-cpu')}",
+        f"numpy=={package_version('numpy')}",
+        f"pandas=={package_version('pandas')}",
+        f"pydantic=={package_version('pydantic')}",
+    ]
+
+
+def _plot_predicted_vs_actual(
+    actual: np.ndarray, predicted: np.ndarray, gpus: list[str], title: str, path: Path
+):
+    fig = Figure(figsize=(5.5, 5))
+    ax = fig.subplots()
+    for gpu in sorted(set(gpus)):
+        mask = np.array(gpus) == gpu
+        ax.scatter(actual[mask], predicted[mask], s=14, label=gpu)
+    lo, hi = min(actual.min(), predicted.min()) / 1.5, max(actual.max(), predicted.max()) * 1.5
+    ax.plot([lo, hi], [lo, hi], color="grey", linewidth=1)
+    ax.set(xscale="log", yscale="log", xlabel="measured steps/s", ylabel="predicted steps/s", title=title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _plot_importances(importances: dict[str, float], path: Path) -> None:
+    items = sorted(importances.items(), key=lambda kv: kv[1])
+    fig = Figure(figsize=(6, 0.25 * len(items) + 1))
+    ax = fig.subplots()
+    ax.barh([k for k, _ in items], [v for _, v in items])
+    ax.set(xlabel="importance", title="feature importances")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _log_evaluation(
+    rows: Sequence[ThroughputRow],
+    catalog: BenchmarkCatalog,
+    estimator: str,
+    seed: int,
+    params: dict[str, Any],
+    splits: Sequence[str],
+) -> None:
+    actual = np.array([r.steps_per_sec for r in rows])
+    gpus = [r.gpu_type for r in rows]
+    for split in splits:
+        predicted = out_of_fold(rows, catalog, estimator, split, seed, params)
+        if predicted is None:
+            continue
+        m = metrics(actual, predicted, gpus)
+        mlflow.log_metrics({f"{split}_{k}": m[k] for k in LOGGED_METRICS if m[k] is not None})
+        mlflow.log_metrics({f"{split}_mape_{g}": v for g, v in m["per_gpu"].items()})
+    train_s, predict_ms = timing(rows, catalog, estimator, seed, params)
+    mlflow.log_metrics({"train_s": train_s, "predict_1000_ms": predict_ms})
+
+
+def _log_artifacts(
+    predictor: Predictor, holdout: Sequence[ThroughputRow], predicted: Prediction, title: str
+) -> None:
+    """Predicted-vs-actual plot, feature importances (JSON and plot) and the held-out rows."""
+    actual = np.array([r.steps_per_sec for r in holdout])
+    with tempfile.TemporaryDirectory() as tmp:
+        plot = Path(tmp) / "predicted_vs_actual.png"
+        _plot_predicted_vs_actual(actual, predicted.steps_per_sec, [r.gpu_type for r in holdout], title, plot)
+        mlflow.log_artifact(str(plot))
+        importances = predictor.estimator.feature_importances()
+        if importances:
+            mlflow.log_dict(importances, "feature_importances.json")
+            _plot_importances(importances, Path(tmp) / "feature_importances.png")
+            mlflow.log_artifact(str(Path(tmp) / "feature_importances.png"))
+    mlflow.log_table(queries_frame(holdout).assign(steps_per_sec=actual), "holdout.json")
+
+
+def train_and_register(
+    rows: Sequence[ThroughputRow],
+    catalog: BenchmarkCatalog,
+    *,
+    memory_samples: Sequence[MemorySample] = (),
+    estimators: Sequence[str] = ("rf", "xgb"),
+    params: dict[str, dict[str, Any]] | None = None,
+    tracking_uri: str = DEFAULT_TRACKING_URI,
+    experiment: str = EXPERIMENT,
+    model_name: str = REGISTERED_MODEL,
+    splits: Sequence[str] = SPLITS,
+    seed: int = 0,
+    data_source: str = "",
+) -> list[RunResult]:
+    """Train, log and register each estimator; move the champion alias per the rule above.
+
+    Sets MLflow's process-wide tracking URI to `tracking_uri`. `params` maps an
+    estimator name to hyperparameters; `splits` are the cross-validated splits to log.
+    """
+    rows = list(rows)
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_registry_uri(tracking_uri)
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    experiment_id = _experiment_id(client, tracking_uri, experiment)
+    train, holdout = holdout_split(rows, seed=seed)
+    holdout_actual = np.array([r.steps_per_sec for r in holdout])
+    holdout_gpus = [r.gpu_type for r in holdout]
+    results = []
+    for name in estimators:
+        est_params = (params or {}).get(name, {})
+        with mlflow.start_run(experiment_id=experiment_id, run_name=name) as run:
+            predictor = fit_predictor(train, catalog, name, memory_samples, seed=seed, **est_params)
+            mlflow.log_params(
+                {
+                    "estimator": name,
+                    **predictor.estimator.params(),
+                    "seed": seed,
+                    "spread_scale": predictor.spread_scale,
+                    "rows": len(rows),
+                    "holdout_rows": len(holdout),
+                    "data": data_source,
+                    "gpu_types": ",".join(catalog.gpu_types()),
+                    "workloads": ",".join(catalog.workloads),
+                }
+            )
+            _log_evaluation(rows, catalog, name, seed, est_params, splits)
+            predicted = predictor.throughput([query_of(r) for r in holdout])
+            m = metrics(holdout_actual, predicted, holdout_gpus)
+            mlflow.log_metrics({f"holdout_{k}": m[k] for k in LOGGED_METRICS if m[k] is not None})
+            _log_artifacts(
+                predictor, holdout, predicted, f"{name}: held-out configurations, MAPE {m['mape']:.1%}"
+            )
+            info = mlflow.pyfunc.log_model(
+                name="model",
+                python_model=PredictorModel(predictor),
+                signature=SIGNATURE,
+                input_example=queries_frame(holdout[:5]),
+                pip_requirements=_pip_requirements(),
+                registered_model_name=model_name,
+            )
+            version = str(info.registered_model_version)
+            won, reason = promote_if_better(tracking_uri, model_name, version, holdout, m["mape"])
+            mlflow.set_tags({"champion_decision": reason, "registered_version": version})
+            log.info(
+                "%s: run %s, version %s, held-out MAPE %.3f; %s",
+                name,
+                run.info.run_id,
+                version,
+                m["mape"],
+                reason,
+            )
+            results.append(RunResult(name, run.info.run_id, version, m["mape"], won, reason))
+    return results
+
+
+def _load_version(tracking_uri: str, name: str, version: str) -> Predictor:
+    path = download_artifacts(
+        artifact_uri=f"models:/{name}/{version}", tracking_uri=tracking_uri, registry_uri=tracking_uri
+    )
+    return mlflow.pyfunc.load_model(path).unwrap_python_model().predictor
+
+
+def promote_if_better(
+    tracking_uri: str,
+    model_name: str,
+    version: str,
+    holdout: Sequence[ThroughputRow],
+    candidate_mape: float,
+) -> tuple[bool, str]:
+    """Give `version` the champion alias iff it beats the current champion on `holdout`; (moved, why)."""
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    try:
+        current = client.get_model_version_by_alias(model_name, CHAMPION)
+    except MlflowException:
+        client.set_registered_model_alias(model_name, CHAMPION, version)
+        return True, f"champion: first champion (held-out MAPE {candidate_mape:.3f})"
+    try:
+        champion = _load_version(tracking_uri, model_name, current.version)
+        predicted = champion.throughput([query_of(r) for r in holdout]).steps_per_sec
+    except PredictorInputError as exc:
+        client.set_registered_model_alias(model_name, CHAMPION, version)
+        return True, f"champion: version {current.version} cannot predict the held-out rows ({exc})"
+    actual = np.array([r.steps_per_sec for r in holdout])
+    champion_mape = float(np.mean(np.abs(predicted - actual) / actual))
+    versus = f"held-out MAPE {candidate_mape:.3f} vs {champion_mape:.3f} of version {current.version}"
+    if candidate_mape < champion_mape:
+        client.set_registered_model_alias(model_name, CHAMPION, version)
+        return True, f"champion: {versus}"
+    return False, f"not champion: {versus}"
+
+
+class ChampionLoader:
+    """Loads `models:/NAME@ALIAS`; if that fails, keeps serving the last model it loaded.
+
+    The scheduler holds one loader and calls `load()` whenever it wants the newest
+    champion. A version already loaded is not downloaded again.
+    """
+
+    def __init__(
+        self,
+        tracking_uri: str = DEFAULT_TRACKING_URI,
+        name: str = REGISTERED_MODEL,
+        alias: str = CHAMPION,
+        catalog: BenchmarkCatalog | None = None,
+    ) -> None:
+        self.tracking_uri = tracking_uri
+        self.name = name
+        self.alias = alias
+        self.catalog = catalog
+        """GPU types to serve beyond those the model was trained with (same scoring), if given."""
+        self.last_good: Predictor | None = None
+        self.last_good_version: str | None = None
+        self.loaded_at: datetime | None = None
+
+    def load(self) -> Predictor:
+        """The champion; the last good model if MLflow fails; PredictorUnavailable if there is none."""
+        where = f"models:/{self.name}@{self.alias} at {self.tracking_uri}"
+        try:
+            client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
+            version = str(client.get_model_version_by_alias(self.name, self.alias).version)
+            if self.last_good is not None and version == self.last_good_version:
+                return self.last_good
+            predictor = _load_version(self.tracking_uri, self.name, version)
+            if self.catalog is not None:
+                predictor = predictor.with_catalog(self.catalog)
+        except Exception as exc:  # MLflow surfaces an unreachable store as many exception types
+            if self.last_good is None:
+                raise PredictorUnavailable(f"cannot load {where}: {type(exc).__name__}: {exc}") from exc
+            log.warning(
+                "cannot load %s (%s: %s); keeping version %s loaded at %s",
+                where,
+                type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "",
+                self.last_good_version,
+                self.loaded_at.isoformat() if self.loaded_at else "?",
+            )
+            return self.last_good
+        self.last_good, self.last_good_version, self.loaded_at = predictor, version, datetime.now(UTC)
+        log.info("loaded %s: version %s (%s)", where, version, predictor.estimator.name)
+        return predictor
+
+
+_loaders: dict[tuple[str, str], ChampionLoader] = {}
+
+
+def load_champion(tracking_uri: str = DEFAULT_TRACKING_URI, name: str = REGISTERED_MODEL) -> Predictor:
+    """The champion Predictor; falls back to the last one this process loaded from the same store.
+
+    Raises PredictorUnavailable only if MLflow fails and nothing was loaded before.
+    """
+    loader = _loaders.setdefault((tracking_uri, name), ChampionLoader(tracking_uri, name))
+    return loader.load()

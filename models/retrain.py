@@ -1,0 +1,103 @@
+"""Retraining on the benchmark table plus every completed job's measured runtime.
+
+The job store hands completed jobs over as plain `Observation` records; each becomes a
+throughput row (steps/s = total_steps / runtime_s) and, when the job's peak GPU memory
+was measured, a memory sample. `retrain` trains, logs and registers like
+`cpn predictor train`, so the champion rule decides whether the scheduler gets the new
+model. `RetrainSchedule` says when to run it: on a timer and after N new completions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cpn.gpus import canonical_gpu
+from cpn.throughput import ThroughputRow, ThroughputTable
+from models.benchmarks import BenchmarkCatalog
+from models.features import PredictorInputError, Query, training_rows
+from models.memory import MemorySample
+from models.registry import DEFAULT_TRACKING_URI, RunResult, train_and_register
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One completed job as the predictor learns from it."""
+
+    model: str
+    batch_size: int | None
+    gpu_type: str
+    num_gpus: int
+    total_steps: int
+    runtime_s: float
+    """Measured run time, transfer and queueing excluded."""
+    gpu_mem_gb: float | None = None
+    """Measured peak GPU memory per card, if the metrics had it."""
+
+    def __post_init__(self) -> None:
+        Query(self.model, self.batch_size, self.gpu_type, self.num_gpus)
+        if (
+            isinstance(self.total_steps, bool)
+            or not isinstance(self.total_steps, int)
+            or self.total_steps < 1
+        ):
+            raise PredictorInputError(
+                f"{self.model}: total_steps must be a positive integer, got {self.total_steps!r}"
+            )
+        if not (
+            isinstance(self.runtime_s, int | float) and math.isfinite(self.runtime_s) and self.runtime_s > 0
+        ):
+            raise PredictorInputError(
+                f"{self.model}: runtime_s must be a positive number, got {self.runtime_s!r}"
+            )
+
+    def row(self) -> ThroughputRow:
+        """The measurement as a throughput-table row (one node: consolidated)."""
+        return ThroughputRow(
+            self.model,
+            self.batch_size,
+            canonical_gpu(self.gpu_type),
+            self.num_gpus,
+            self.total_steps / self.runtime_s,
+        )
+
+    def memory_sample(self) -> MemorySample | None:
+        """The measured GPU memory, if any."""
+        return None if self.gpu_mem_gb is None else MemorySample(self.model, self.batch_size, self.gpu_mem_gb)
+
+
+def retrain(
+    observations: Sequence[Observation],
+    table: ThroughputTable | Sequence[ThroughputRow],
+    catalog: BenchmarkCatalog,
+    tracking_uri: str = DEFAULT_TRACKING_URI,
+    **options: Any,
+) -> list[RunResult]:
+    """Train on `table` plus `observations`, log and register each estimator, apply the champion rule.
+
+    `options` go to models.registry.train_and_register (estimators, params, experiment, ...).
+    """
+    rows = training_rows(table) + [o.row() for o in observations]
+    memory = [s for s in (o.memory_sample() for o in observations) if s is not None]
+    source = f"table + {len(observations)} completed jobs"
+    return train_and_register(
+        rows, catalog, memory_samples=memory, tracking_uri=tracking_uri, data_source=source, **options
+    )
+
+
+@dataclass(frozen=True)
+class RetrainSchedule:
+    """When to retrain: every `every_s` seconds, and as soon as `every_completions` jobs completed."""
+
+    every_completions: int = 50
+    every_s: float = 24 * 3600.0
+
+    def __post_init__(self) -> None:
+        if self.every_completions < 1 or not self.every_s > 0:
+            raise ValueError("every_completions must be >= 1 and every_s > 0")
+
+    def due(self, completions_since_last: int, seconds_since_last: float) -> bool:
+        """True if enough jobs completed or enough time passed since the last retraining."""
+        return completions_since_last >= self.every_completions or seconds_since_last >= self.every_s

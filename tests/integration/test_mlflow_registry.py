@@ -1,0 +1,155 @@
+"""MLflow: runs for both estimators, the registered champion loads and predicts, the champion rule,
+the fallback when the tracking store is unreachable, retraining from completed jobs.
+
+Uses a SQLite tracking store in a temporary folder: no server.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from cpn.jobs import JobSpec
+from models.features import PredictorInputError
+from models.registry import (
+    CHAMPION,
+    ChampionLoader,
+    PredictorUnavailable,
+    load_champion,
+    queries_frame,
+    train_and_register,
+)
+from models.retrain import Observation, retrain
+from tests.unit.test_predictor_support import catalog, rows
+
+pytestmark = pytest.mark.integration
+
+NAME = "cpn-predictor-test"
+SMALL = {"rf": {"n_estimators": 40}, "xgb": {"n_estimators": 60, "members": 2}}
+POOR = {"rf": {"n_estimators": 1, "min_samples_leaf": 10_000}}
+"""A forest of one single-leaf tree: the prior plus a constant, blind to what the scores miss."""
+
+
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory) -> Path:
+    """A fresh MLflow SQLite database, created once (creating one takes seconds)."""
+    db = tmp_path_factory.mktemp("template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture
+def store(empty_store, tmp_path, monkeypatch):
+    """A tracking URI of this test's own copy of the empty store."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def _train(store, estimators, params, seed=0, splits=()):
+    return train_and_register(
+        rows(affinity=0.5),
+        catalog(),
+        estimators=estimators,
+        params=params,
+        tracking_uri=store,
+        model_name=NAME,
+        splits=splits,
+        seed=seed,
+    )
+
+
+def test_runs_for_both_estimators_and_a_champion_that_loads_and_predicts(store):
+    results = _train(store, ["rf", "xgb"], SMALL, splits=("leave_gpu_out",))
+    client = MlflowClient(tracking_uri=store)
+    runs = client.search_runs([client.get_experiment_by_name("cpn-predictor").experiment_id])
+    assert sorted(r.data.params["estimator"] for r in runs) == ["rf", "xgb"]
+    for run in runs:
+        assert {"holdout_mape", "holdout_median_ape", "holdout_r2", "leave_gpu_out_mape", "train_s"} <= set(
+            run.data.metrics
+        )
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"predicted_vs_actual.png", "feature_importances.json", "holdout.json"} <= artifacts
+    assert [r.version for r in results] == ["1", "2"]
+    champion = client.get_model_version_by_alias(NAME, CHAMPION)
+    assert str(champion.version) in {"1", "2"} and sum(r.champion for r in results) >= 1
+
+    model = mlflow.pyfunc.load_model(f"models:/{NAME}@{CHAMPION}")
+    assert model.metadata.signature is not None
+    unseen = pd.DataFrame({"model": ["bert"], "batch_size": [8.0], "gpu_type": ["v100"], "num_gpus": [1]})
+    frame = pd.concat([queries_frame(rows()[:3]), unseen])
+    out = model.predict(frame)
+    assert list(out.columns) == ["steps_per_sec", "uncertainty", "explore"]
+    assert (out["steps_per_sec"] > 0).all()
+    assert out["explore"].tolist() == [False, False, False, True]
+    with pytest.raises(PredictorInputError, match="batch_size must be a whole number"):
+        model.predict(unseen.assign(batch_size=[8.5]))
+
+
+def test_a_worse_model_does_not_take_the_alias(store):
+    first = _train(store, ["rf"], POOR)[0]
+    assert first.champion and "first champion" in first.reason
+    better = _train(store, ["rf"], SMALL)[0]
+    assert better.champion, better.reason
+    worse = _train(store, ["rf"], POOR)[0]
+    assert not worse.champion and worse.reason.startswith("not champion")
+    client = MlflowClient(tracking_uri=store)
+    assert str(client.get_model_version_by_alias(NAME, CHAMPION).version) == better.version
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_store_keeps_the_last_good_model(store, monkeypatch, caplog):
+    _train(store, ["rf"], SMALL)
+    loader = ChampionLoader(store, NAME)
+    good = loader.load()
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    loader.tracking_uri = f"http://127.0.0.1:{_closed_port()}"
+    with caplog.at_level(logging.WARNING, logger="models.registry"):
+        assert loader.load() is good
+    assert "keeping version 1" in caplog.text
+    job = JobSpec(job_id="ns/a", model="LM", batch_size=20, total_steps=1000)
+    assert loader.load().estimate(job, "v100").runtime_s > 0
+
+    with pytest.raises(PredictorUnavailable, match="cannot load models:/cpn-predictor-test@champion"):
+        ChampionLoader(loader.tracking_uri, NAME).load()
+
+
+def test_load_champion_explores_an_unseen_model(store):
+    _train(store, ["rf"], SMALL)
+    predictor = load_champion(store, NAME)
+    seen = JobSpec(job_id="ns/a", model="Transformer", batch_size=64, total_steps=1000)
+    unseen = JobSpec(job_id="ns/b", model="densenet121", batch_size=64, total_steps=1000)
+    assert predictor.estimate(seen, "p100").explore is False
+    assert predictor.estimate(unseen, "p100").explore is True
+
+
+def test_retrain_learns_completed_jobs(store):
+    observations = [
+        Observation(
+            "densenet121", 32, "Tesla-V100-SXM2-16GB", 1, total_steps=3000, runtime_s=100.0, gpu_mem_gb=9.0
+        ),
+        Observation("densenet121", 32, "p100", 1, total_steps=3000, runtime_s=175.0, gpu_mem_gb=9.0),
+    ]
+    options = {"estimators": ["rf"], "params": SMALL, "model_name": NAME, "splits": ()}
+    results = retrain(observations, rows(), catalog(), store, **options)
+    assert results[0].champion
+    run = MlflowClient(tracking_uri=store).get_run(results[0].run_id)
+    assert run.data.params["rows"] == str(len(rows()) + 2)
+    est = load_champion(store, NAME).estimate(
+        JobSpec(job_id="ns/c", model="densenet121", batch_size=32, total_steps=3000), "v100"
+    )
+    assert est.gpu_mem_gb == 9.0
+    assert est.runtime_s == pytest.approx(100.0, rel=0.5)

@@ -1,0 +1,177 @@
+"""The scheduler-facing Predictor, the memory model and the retraining inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from cpn.jobs import JobSpec
+from cpn.throughput import ThroughputRow
+from models.evaluation import out_of_fold
+from models.features import PredictorInputError, Query
+from models.memory import MemoryModel, MemorySample
+from models.predictor import calibrate_spread, fit_predictor
+from models.retrain import Observation, RetrainSchedule
+from tests.unit.test_predictor_support import catalog, law, rows
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    memory = [MemorySample("ResNet-50", 32, 6.0), MemorySample("ResNet-50", 64, 10.0)]
+    return fit_predictor(rows(), catalog(), "rf", memory, n_estimators=50)
+
+
+def test_runtime_is_total_steps_over_predicted_throughput(predictor):
+    job = JobSpec(job_id="ns/a", model="ResNet-50", batch_size=32, num_gpus=2, total_steps=10_000)
+    est = predictor.estimate(job, "Tesla-V100-SXM2-16GB")
+    assert est.runtime_s == pytest.approx(10_000 / law("ResNet-50", 32, "v100", 2), rel=0.05)
+    assert est.gpu_mem_gb == 6.0
+    assert 0 <= est.uncertainty < 0.5
+    assert est.explore is False
+
+
+def test_steps_from_epochs_and_data_size(predictor):
+    job = JobSpec(job_id="ns/b", model="resnet50", batch_size=64, epochs=3, data_size_gb=2.5)
+    # samples_per_gb of ResNet-50 is 1000 in the test benchmarks: 2,500 samples, 40 steps an epoch.
+    assert predictor.steps(job) == 3 * math.ceil(2500 / 64)
+    est = predictor.estimate(job, "p100")
+    assert est.runtime_s == pytest.approx(120 / law("ResNet-50", 64, "p100", 1), rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        JobSpec(job_id="ns/c", model="LM", batch_size=20, epochs=2, data_size_gb=1.0),  # no samples_per_gb
+        JobSpec(job_id="ns/c", model="ResNet-50", batch_size=32, epochs=2, data_size_gb=0.0),
+        JobSpec(job_id="ns/c", model="ResNet-50", batch_size=None, epochs=2, data_size_gb=1.0),
+    ],
+)
+def test_a_job_without_steps_or_what_gives_them_is_rejected(predictor, job):
+    with pytest.raises(PredictorInputError, match="job ns/c: no total_steps"):
+        predictor.estimate(job, "v100")
+
+
+def test_bad_job_fields_name_the_job(predictor):
+    with pytest.raises(PredictorInputError, match="job ns/d: .*num_gpus must be a positive integer"):
+        predictor.estimate(
+            JobSpec(job_id="ns/d", model="LM", batch_size=20, num_gpus=0, total_steps=5), "v100"
+        )
+    with pytest.raises(PredictorInputError, match="total_steps must be a positive integer"):
+        predictor.estimate(JobSpec(job_id="ns/d", model="LM", batch_size=20, total_steps=-5), "v100")
+    with pytest.raises(PredictorInputError, match="unknown GPU type 'mi300x'"):
+        predictor.estimate(JobSpec(job_id="ns/d", model="LM", batch_size=20, total_steps=5), "mi300x")
+
+
+def test_unseen_model_is_explored(predictor):
+    job = JobSpec(job_id="ns/e", model="densenet121", batch_size=32, total_steps=1000)
+    est = predictor.estimate(job, "v100")
+    assert est.explore is True
+    assert est.gpu_mem_gb is None
+    assert est.runtime_s > 0 and math.isfinite(est.runtime_s)
+
+
+def test_estimate_many_covers_every_pair_and_agrees_with_estimate(predictor):
+    jobs = [
+        JobSpec(job_id=f"ns/{i}", model=m, batch_size=b, total_steps=100)
+        for i, (m, b) in enumerate([("LM", 20), ("A3C", None), ("bert", 8)])
+    ]
+    many = predictor.estimate_many(jobs, ["k80", "p100", "v100"])
+    assert {j: set(g) for j, g in many.items()} == {j.job_id: {"k80", "p100", "v100"} for j in jobs}
+    single = predictor.estimate(jobs[0], "v100")
+    assert many["ns/0"]["v100"].runtime_s == pytest.approx(single.runtime_s)
+    assert many["ns/0"]["v100"].uncertainty == pytest.approx(single.uncertainty)
+    assert [many[j.job_id]["k80"].explore for j in jobs] == [False, False, True]
+
+
+def test_a_new_catalog_adds_gpu_types_without_retraining(predictor):
+    bigger = predictor.with_catalog(catalog({"k80": 1.0, "p100": 4.0, "v100": 7.0, "h100": 20.0}))
+    job = JobSpec(job_id="ns/f", model="LM", batch_size=20, total_steps=1000)
+    assert bigger.estimate(job, "H100-SXM5-80GB").runtime_s < bigger.estimate(job, "v100").runtime_s
+
+
+def test_memory_model_rules():
+    memory = MemoryModel(
+        [
+            MemorySample("LM", 10, 4.0),
+            MemorySample("LM", 10, 4.5),
+            MemorySample("LM", 30, 8.0),
+            MemorySample("A3C", None, 2.0),
+            MemorySample("ResNet-50", 32, 6.0),
+        ]
+    )
+    assert memory.predict("LM", 10) == 4.5  # the largest measured at that batch
+    assert memory.predict("lm", 20) == pytest.approx(6.25)  # the line through (10, 4.5) and (30, 8)
+    assert memory.predict("LM", 1) == 4.5  # never below the smallest measurement
+    assert memory.predict("ResNet-50", 64) == 12.0  # one batch seen: scaled up in proportion
+    assert memory.predict("ResNet-50", 16) == 6.0
+    assert memory.predict("A3C", None) == 2.0
+    assert memory.predict("bert", 8) is None
+    with pytest.raises(PredictorInputError, match="gpu_mem_gb must be a positive number"):
+        MemorySample("LM", 10, 0.0)
+
+
+def test_observation_becomes_a_row_and_a_memory_sample():
+    obs = Observation("LM", 20, "Tesla-V100-SXM2-16GB", 2, total_steps=6000, runtime_s=120.0, gpu_mem_gb=7.5)
+    row = obs.row()
+    assert (row.gpu_type, row.steps_per_sec, row.consolidated) == ("v100", 50.0, True)
+    assert obs.memory_sample() == MemorySample("LM", 20, 7.5)
+    assert Observation("LM", 20, "v100", 2, 6000, 120.0).memory_sample() is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"runtime_s": 0}, "runtime_s must be a positive number"),
+        ({"runtime_s": float("nan")}, "runtime_s must be a positive number"),
+        ({"total_steps": 0}, "total_steps must be a positive integer"),
+        ({"num_gpus": 0}, "num_gpus must be a positive integer"),
+        ({"gpu_mem_gb": -1.0}, "gpu_mem_gb must be a positive number"),
+    ],
+)
+def test_malformed_observations_are_rejected(kwargs, message):
+    args = {
+        "model": "LM",
+        "batch_size": 20,
+        "gpu_type": "v100",
+        "num_gpus": 1,
+        "total_steps": 10,
+        "runtime_s": 5.0,
+    }
+    with pytest.raises(PredictorInputError, match=message):
+        Observation(**(args | kwargs)).memory_sample()
+
+
+def test_retrain_schedule_fires_on_completions_or_time():
+    schedule = RetrainSchedule(every_completions=20, every_s=3600)
+    assert not schedule.due(completions_since_last=19, seconds_since_last=3599)
+    assert schedule.due(completions_since_last=20, seconds_since_last=0)
+    assert schedule.due(completions_since_last=0, seconds_since_last=3600)
+    with pytest.raises(ValueError):
+        RetrainSchedule(every_completions=0)
+
+
+def test_spread_is_calibrated_on_out_of_fold_errors():
+    noisy = [
+        ThroughputRow(
+            r.model, r.batch_size, r.gpu_type, r.num_gpus, r.steps_per_sec * math.exp(0.3 * ((i * 7) % 5 - 2))
+        )
+        for i, r in enumerate(rows())
+    ]
+    params = {"n_estimators": 60, "members": 2}
+    scale = calibrate_spread(noisy, catalog(), "xgb", params=params)
+    oof = out_of_fold(noisy, catalog(), "xgb", "random", params=params)
+    inside = (
+        np.abs(np.log([r.steps_per_sec for r in noisy]) - oof.log_steps_per_sec) <= scale * oof.log_spread
+    )
+    assert scale > 1  # members agree more than their errors warrant
+    assert inside.mean() == pytest.approx(0.68, abs=0.03)
+
+    predictor = fit_predictor(noisy, catalog(), "xgb", **params)
+    raw = predictor.estimator.predict([Query("LM", 20, "v100", 1)])
+    assert predictor.spread_scale == pytest.approx(scale)
+    assert predictor.throughput([Query("LM", 20, "v100", 1)]).log_spread == pytest.approx(
+        raw.log_spread * scale
+    )
+    assert fit_predictor(noisy, catalog(), "xgb", calibrate=False, **params).spread_scale == 1.0
