@@ -2,10 +2,14 @@
 
 All three predict log steps/s of a query and a spread in log space (0.1 ~ +-10%),
 widened for models never seen by how much model references differ (models.features):
-- `rf`: scikit-learn RandomForest on the residual of the analytical prior
-  (models.features); spread = standard deviation across the trees.
-- `xgb`: an ensemble of XGBoost regressors (row and column subsampling, one seed each)
-  on the same residual; spread = standard deviation across the members.
+- `rf`: scikit-learn RandomForests, two of them. The *local* forest serves queries
+  with measured neighbours (models.features: the same model at other batch sizes, GPU
+  types or counts): it learns the residual of the local prior from the global features
+  plus the neighbour estimates. The *global* forest serves the rest (a GPU type or model
+  never measured): the residual of the analytical prior from the global features.
+  Spread = standard deviation across the trees of the forest that answered.
+- `xgb`: the same two models, each an ensemble of XGBoost regressors (row and column
+  subsampling, one seed each); spread = standard deviation across the members.
 - `baseline`: no learning beyond lookups. The same model, batch size and GPU count
   measured on other GPU types, scaled by the ratio of the GPUs' benchmark speeds
   (geometric mean of scores); when there is none, the prior itself. Spread = disagreement
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from sklearn.base import clone as sk_clone
 from sklearn.ensemble import RandomForestRegressor
 from xgboost import XGBRegressor
 
@@ -52,16 +57,24 @@ class Estimator(ABC):
     name: ClassVar[str]
     """Short name used on the command line, in reports and in MLflow."""
 
-    def __init__(self, catalog: BenchmarkCatalog, seed: int = 0) -> None:
+    def __init__(self, catalog: BenchmarkCatalog, seed: int = 0, neighbours: bool = True) -> None:
         self.features = FeatureBuilder(catalog)
         self.seed = seed
         """Seed of any randomness in training (the baseline has none)."""
+        self.uses_neighbours = neighbours
+        """Whether a local model learns from the neighbour features (models.features); False: the global
+        model answers every query, as before neighbour features existed."""
+
+    def __setstate__(self, state: dict) -> None:
+        # Estimators pickled before neighbour features existed have no local model.
+        state.setdefault("uses_neighbours", False)
+        self.__dict__.update(state)
 
     def fit(self, rows: Sequence[ThroughputRow]) -> Estimator:
         """Train on rows with steps_per_sec > 0 (see models.features.training_rows); returns self."""
         rows = list(rows)
         self.features.fit(rows)
-        feats = self.features.transform([query_of(r) for r in rows])
+        feats = self.features.transform([query_of(r) for r in rows], self.uses_neighbours)
         self._fit(rows, feats, np.log([r.steps_per_sec for r in rows]))
         return self
 
@@ -69,7 +82,7 @@ class Estimator(ABC):
         """Predictions for `queries`; PredictorInputError for inputs the estimator cannot use."""
         if not queries:
             raise PredictorInputError("no queries to predict")
-        feats = self.features.transform(queries)
+        feats = self.features.transform(queries, self.uses_neighbours)
         mean, spread = self._predict(queries, feats)
         spread = np.where(feats.seen, spread, np.hypot(spread, self.features.unseen_spread))
         return Prediction(mean, spread, feats.seen)
@@ -95,6 +108,15 @@ class Estimator(ABC):
         return {}
 
 
+MIN_LOCAL_ROWS = 10
+"""Fewer training rows with a local prior than this: no local model, the global one answers every query."""
+
+
+def _local_rows(feats: Features) -> np.ndarray:
+    """Training rows of the local model (none if too few: then the global model answers everything)."""
+    return feats.has_local if int(feats.has_local.sum()) >= MIN_LOCAL_ROWS else np.zeros(len(feats.X), bool)
+
+
 class RandomForestEstimator(Estimator):
     """scikit-learn RandomForest on the residual of the analytical prior (the default)."""
 
@@ -107,8 +129,9 @@ class RandomForestEstimator(Estimator):
         max_features: float = 0.5,
         min_samples_leaf: int = 1,
         seed: int = 0,
+        neighbours: bool = True,
     ) -> None:
-        super().__init__(catalog, seed)
+        super().__init__(catalog, seed, neighbours)
         self.model = RandomForestRegressor(
             n_estimators=n_estimators,
             max_features=max_features,
@@ -119,18 +142,43 @@ class RandomForestEstimator(Estimator):
 
     def _fit(self, rows: list[ThroughputRow], feats: Features, log_y: np.ndarray) -> None:
         self.model.fit(feats.X, log_y - feats.prior)
+        local = _local_rows(feats)
+        self.local_model = None
+        if local.any():
+            self.local_model = sk_clone(self.model).fit(
+                feats.local_X()[local], (log_y - feats.local_prior)[local]
+            )
+
+    @staticmethod
+    def _per_tree(model: RandomForestRegressor, X: np.ndarray) -> np.ndarray:
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        return np.stack([t.predict(X, check_input=False) for t in model.estimators_])
 
     def _predict(self, queries: Sequence[Query], feats: Features) -> tuple[np.ndarray, np.ndarray]:
-        X = np.ascontiguousarray(feats.X, dtype=np.float32)
-        per_tree = np.stack([t.predict(X, check_input=False) for t in self.model.estimators_])
-        return feats.prior + per_tree.mean(axis=0), per_tree.std(axis=0)
+        local_model = getattr(self, "local_model", None)
+        local = feats.has_local if local_model is not None else np.zeros(len(queries), bool)
+        mean, spread = np.empty(len(queries)), np.empty(len(queries))
+        if (~local).any():
+            per_tree = self._per_tree(self.model, feats.X[~local])
+            mean[~local] = feats.prior[~local] + per_tree.mean(axis=0)
+            spread[~local] = per_tree.std(axis=0)
+        if local.any():
+            per_tree = self._per_tree(local_model, feats.local_X()[local])
+            mean[local] = feats.local_prior[local] + per_tree.mean(axis=0)
+            spread[local] = per_tree.std(axis=0)
+        return mean, spread
 
     def params(self) -> dict[str, Any]:
         p = self.model.get_params()
-        return {k: p[k] for k in ("n_estimators", "max_features", "min_samples_leaf", "random_state")}
+        keep = ("n_estimators", "max_features", "min_samples_leaf", "random_state")
+        return {**{k: p[k] for k in keep}, "neighbours": self.uses_neighbours}
 
     def feature_importances(self) -> dict[str, float]:
-        return dict(zip(self.features.feature_names, self.model.feature_importances_.tolist(), strict=True))
+        out = dict(zip(self.features.feature_names, self.model.feature_importances_.tolist(), strict=True))
+        if getattr(self, "local_model", None) is not None:
+            names = (f"local:{n}" for n in self.features.local_feature_names)
+            out |= dict(zip(names, self.local_model.feature_importances_.tolist(), strict=True))
+        return out
 
 
 class XGBoostEstimator(Estimator):
@@ -146,8 +194,9 @@ class XGBoostEstimator(Estimator):
         learning_rate: float = 0.05,
         members: int = 5,
         seed: int = 0,
+        neighbours: bool = True,
     ) -> None:
-        super().__init__(catalog, seed)
+        super().__init__(catalog, seed, neighbours)
         if members < 2:
             raise ValueError("xgb needs at least 2 members to give a spread")
         self.members = [
@@ -162,29 +211,59 @@ class XGBoostEstimator(Estimator):
             )
             for i in range(members)
         ]
+        self.local_members: list[XGBRegressor] = []
 
     def _fit(self, rows: list[ThroughputRow], feats: Features, log_y: np.ndarray) -> None:
         for m in self.members:
             m.fit(feats.X, log_y - feats.prior)
+        local = _local_rows(feats)
+        self.local_members = []
+        if local.any():
+            X, target = feats.local_X()[local], (log_y - feats.local_prior)[local]
+            self.local_members = [sk_clone(m).fit(X, target) for m in self.members]
 
     def _predict(self, queries: Sequence[Query], feats: Features) -> tuple[np.ndarray, np.ndarray]:
-        per_member = np.stack([m.predict(feats.X) for m in self.members])
-        return feats.prior + per_member.mean(axis=0), per_member.std(axis=0)
+        local_members = getattr(self, "local_members", [])
+        local = feats.has_local if local_members else np.zeros(len(queries), bool)
+        mean, spread = np.empty(len(queries)), np.empty(len(queries))
+        if (~local).any():
+            per_member = np.stack([m.predict(feats.X[~local]) for m in self.members])
+            mean[~local] = feats.prior[~local] + per_member.mean(axis=0)
+            spread[~local] = per_member.std(axis=0)
+        if local.any():
+            X = feats.local_X()[local]
+            per_member = np.stack([m.predict(X) for m in local_members])
+            mean[local] = feats.local_prior[local] + per_member.mean(axis=0)
+            spread[local] = per_member.std(axis=0)
+        return mean, spread
 
     def params(self) -> dict[str, Any]:
         p = self.members[0].get_params()
         keep = ("n_estimators", "max_depth", "learning_rate", "subsample", "colsample_bytree")
-        return {**{k: p[k] for k in keep}, "members": len(self.members), "seed": p["random_state"]}
+        return {
+            **{k: p[k] for k in keep},
+            "members": len(self.members),
+            "seed": p["random_state"],
+            "neighbours": self.uses_neighbours,
+        }
 
     def feature_importances(self) -> dict[str, float]:
         mean = np.mean([m.feature_importances_ for m in self.members], axis=0)
-        return dict(zip(self.features.feature_names, mean.tolist(), strict=True))
+        out = dict(zip(self.features.feature_names, mean.tolist(), strict=True))
+        if getattr(self, "local_members", []):
+            mean = np.mean([m.feature_importances_ for m in self.local_members], axis=0)
+            names = (f"local:{n}" for n in self.features.local_feature_names)
+            out |= dict(zip(names, mean.tolist(), strict=True))
+        return out
 
 
 class BaselineEstimator(Estimator):
     """Measured throughput of the same configuration on other GPUs, scaled by benchmark speed."""
 
     name = "baseline"
+
+    def __init__(self, catalog: BenchmarkCatalog, seed: int = 0) -> None:
+        super().__init__(catalog, seed, neighbours=False)
 
     def _fit(self, rows: list[ThroughputRow], feats: Features, log_y: np.ndarray) -> None:
         self._scaled: dict[tuple[str, int | None, int], list[float]] = defaultdict(list)

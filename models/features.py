@@ -19,6 +19,18 @@ already scales with the benchmark scores lets them generalise to new GPU types.
 Features: log batch size (NaN for models measured at a fixed batch), log GPU count,
 log score per workload, log memory bandwidth, log FP32 TFLOPS, memory GB, ref, and a
 one-hot of the model. Inputs are validated; nothing malformed becomes a zero.
+
+Neighbour features (`NEIGHBOUR_FEATURES`): a throughput table is close to additive in log
+space over (model, batch) x (GPU type, GPU count), so a missing cell is estimated from
+measured cells around it: "rectangles" y(m,b,g',n') + y(m,b',g,n) - y(m,b',g',n') over
+the same model's other batch sizes b' (weighted by exp(-|log b'/b| - |log2 n'/n|)), the
+same configuration on another GPU type shifted by the model's own ratio between the two
+GPU types (or, failing that, other models' ratio), and so on. Each is an estimate of log
+steps/s; their combination is the *local prior* (NaN where no neighbour exists: a GPU
+type or model never measured, where the analytical prior above is all there is). Every
+neighbour feature of a query leaves out the query's own configuration, for training
+rows too: a row's own measurement never enters its features, so a model trained on
+them sees what it will see for a configuration it has not measured.
 """
 
 from __future__ import annotations
@@ -33,6 +45,25 @@ import numpy as np
 
 from cpn.throughput import ThroughputRow, ThroughputTable
 from models.benchmarks import BenchmarkCatalog, GpuProfile
+
+NEIGHBOUR_FEATURES = (
+    "nb_rect_count",
+    "nb_rect_gpu",
+    "nb_rect_both",
+    "nb_batch",
+    "nb_count",
+    "nb_gpu",
+    "nb_other_models",
+)
+"""Neighbour estimates of log steps/s (see module docstring), in `Features.neighbours` column order:
+rectangles over another batch size of the model with the same GPU type (other count), the same count
+(other GPU type) or both different; the same GPU type and count at other batch sizes, shifted by the
+model's references; the same batch and GPU type at other counts, shifted by log count ratio; the same
+batch and count on other GPU types, shifted by the model's own ratio between them; the same, shifted by
+other models' ratio at that count."""
+
+LOCAL_KINDS = ("none", "other_models", "same_model_line", "rectangle")
+"""What the local prior was built from (`Features.local_kind` indexes this)."""
 
 
 class PredictorInputError(ValueError):
@@ -104,6 +135,22 @@ class Features:
     """Log of the GPU's geometric-mean benchmark score per query."""
     seen: np.ndarray
     """True where the query's model is in the training data."""
+    neighbours: np.ndarray
+    """Shape (n, len(NEIGHBOUR_FEATURES)): neighbour estimates of log steps/s, NaN where none exists."""
+    local_prior: np.ndarray
+    """Combination of the neighbour estimates (see `FeatureBuilder.local_prior_of`); NaN where none."""
+    local_kind: np.ndarray
+    """Index into LOCAL_KINDS of what the local prior came from (0: none)."""
+
+    @property
+    def has_local(self) -> np.ndarray:
+        """True where the query has a local prior."""
+        return ~np.isnan(self.local_prior)
+
+    def local_X(self) -> np.ndarray:
+        """Design matrix of the local model: X, neighbour estimates relative to the local prior, kind."""
+        rel = self.neighbours - self.local_prior[:, None]
+        return np.hstack([self.X, rel, self.local_kind[:, None].astype(float)])
 
 
 class FeatureBuilder:
@@ -118,6 +165,21 @@ class FeatureBuilder:
         self._default_ref = 0.0
         self.unseen_spread = 0.0
         """Spread of the model references (log space): how wrong the median is for a model never seen."""
+
+    def __setstate__(self, state: dict) -> None:
+        # Builders pickled before neighbour features existed load with no measurements (global model only).
+        state.setdefault("_measured", {})
+        state.setdefault("_by_model", {})
+        state.setdefault("_cell_ratio", {})
+        state.setdefault("_gpus", ())
+        state.setdefault("_ref_parts", {})
+        state.setdefault("_ref_parts_total", {})
+        self.__dict__.update(state)
+
+    @property
+    def local_feature_names(self) -> list[str]:
+        """Column names of `Features.local_X()`."""
+        return [*self.feature_names, *(f"{n}_rel" for n in NEIGHBOUR_FEATURES), "local_kind"]
 
     @property
     def feature_names(self) -> list[str]:
@@ -160,7 +222,111 @@ class FeatureBuilder:
             m: tuple(np.array(c) for c in zip(*sorted(v), strict=True)) for m, v in by_model.items()
         }
         self.models = tuple(sorted({m for m, _ in self._refs}))
+        self._fit_neighbours(rows)
         return self
+
+    def _fit_neighbours(self, rows: Sequence[ThroughputRow]) -> None:
+        """Index the measured log steps/s by configuration for the neighbour features."""
+        values: dict[tuple[str, int | None, str, int], list[float]] = defaultdict(list)
+        parts: dict[tuple[str, int | None], dict[tuple[str, int], list[float]]] = defaultdict(dict)
+        for row in rows:
+            q = query_of(row)
+            profile = self._profile(q)
+            key = model_key(q.model)
+            values[(key, q.batch_size, profile.key, q.num_gpus)].append(math.log(row.steps_per_sec))
+            part = parts[(key, q.batch_size)].setdefault((profile.key, q.num_gpus), [0.0, 0])
+            part[0] += math.log(row.steps_per_sec) - profile.log_speed - math.log(q.num_gpus)
+            part[1] += 1
+        # Per (model, batch): each configuration's share of the reference, so that it can be left out.
+        self._ref_parts = {k: {c: (p[0], p[1]) for c, p in v.items()} for k, v in parts.items()}
+        self._ref_parts_total = {
+            k: (sum(p[0] for p in v.values()), sum(p[1] for p in v.values())) for k, v in parts.items()
+        }
+        self._measured = {k: float(np.mean(v)) for k, v in values.items()}
+        by_model: dict[str, list[tuple[tuple[str, int | None, str, int], float]]] = defaultdict(list)
+        for k, v in self._measured.items():
+            by_model[k[0]].append((k, v))
+        self._by_model = dict(by_model)
+        self._gpus = tuple(sorted({k[2] for k in self._measured}))
+        # Sum and count of y(m,b,g,n) - y(m,b,g2,n) over configurations measured on both GPU types, in
+        # total and per model (so that one model's own configurations can be left out of its estimate).
+        ratio: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for (m, b, g, n), v in self._measured.items():
+            for g2 in self._gpus:
+                other = self._measured.get((m, b, g2, n)) if g2 != g else None
+                if other is not None:
+                    for k in ((g, g2, n), (g, g2, n, m)):
+                        ratio[k][0] += v - other
+                        ratio[k][1] += 1
+        self._cell_ratio = dict(ratio)
+
+    def _neighbours(self, key: str, batch: int | None, gpu: str, n: int) -> list[float]:
+        """Neighbour estimates of log steps/s of (key, batch, gpu, n), never using that configuration."""
+        d = self._measured
+        sums, weights = [0.0] * len(NEIGHBOUR_FEATURES), [0.0] * len(NEIGHBOUR_FEATURES)
+        lb = math.log(batch) if batch is not None else 0.0
+        own_ratio: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        ref_here: float | None = None
+        for (_, b2, g2, n2), v2 in self._by_model.get(key, ()):
+            if (b2, g2, n2) == (batch, gpu, n):
+                continue
+            if g2 == gpu:
+                for g3 in self._gpus:
+                    partner = d.get((key, b2, g3, n2)) if g3 != gpu else None
+                    if partner is not None:
+                        own_ratio[g3][0] += v2 - partner
+                        own_ratio[g3][1] += 1
+            if b2 == batch:
+                if g2 == gpu:
+                    w = math.exp(-abs(math.log2(n2 / n)))
+                    sums[4] += w * (v2 + math.log(n / n2))
+                    weights[4] += w
+                continue
+            if b2 is None or batch is None:
+                continue
+            db = abs(math.log(b2) - lb)
+            if g2 == gpu and n2 == n:
+                if ref_here is None:
+                    ref_here = self._ref_without(key, batch, gpu, n)
+                # Both references leave the cell (gpu, n) out, so that they average the same cells.
+                ref_there = self._ref_without(key, b2, gpu, n)
+                if not math.isnan(ref_here) and not math.isnan(ref_there):
+                    w = math.exp(-db)
+                    sums[3] += w * (v2 + ref_here - ref_there)
+                    weights[3] += w
+                continue
+            y1, y2 = d.get((key, batch, g2, n2)), d.get((key, b2, gpu, n))
+            if y1 is None or y2 is None:
+                continue
+            w = math.exp(-db - abs(math.log2(n2 / n)))
+            f = 0 if g2 == gpu else 1 if n2 == n else 2
+            sums[f] += w * (y1 + y2 - v2)
+            weights[f] += w
+        for g3 in self._gpus:
+            y1 = d.get((key, batch, g3, n)) if g3 != gpu else None
+            if y1 is None:
+                continue
+            s, c = own_ratio.get(g3, (0.0, 0.0))
+            if c:
+                sums[5] += y1 + s / c
+                weights[5] += 1
+            total = self._cell_ratio.get((gpu, g3, n), (0.0, 0.0))
+            mine = self._cell_ratio.get((gpu, g3, n, key), (0.0, 0.0))
+            if total[1] > mine[1]:
+                sums[6] += y1 + (total[0] - mine[0]) / (total[1] - mine[1])
+                weights[6] += 1
+        return [s / w if w else math.nan for s, w in zip(sums, weights, strict=True)]
+
+    @staticmethod
+    def local_prior_of(nb: Sequence[float]) -> tuple[float, int]:
+        """(local prior, kind) from neighbour estimates: the mean of the rectangles where any exist,
+        else of the same model's GPU-type and batch lines, else the other models' GPU-type ratio,
+        else (NaN, 0). The count line (which assumes linear scaling) is a feature, never the prior."""
+        for kind, cols in ((3, (0, 1, 2)), (2, (5, 3)), (1, (6,))):
+            vals = [nb[c] for c in cols if not math.isnan(nb[c])]
+            if vals:
+                return sum(vals) / len(vals), kind
+        return math.nan, 0
 
     def _profile(self, q: Query) -> GpuProfile:
         profile = self.catalog.find(q.gpu_type, q.node)
@@ -182,15 +348,38 @@ class FeatureBuilder:
         if key not in self._batches:
             raise PredictorInputError(f"model {key!r} runs at a fixed batch; give no batch size, not {batch}")
         xs, ys = self._batches[key]
-        lb = math.log(batch)
+        return self._interpolate(xs, ys, math.log(batch))
+
+    @staticmethod
+    def _interpolate(xs: np.ndarray, ys: np.ndarray, lb: float) -> float:
+        """Reference at log batch `lb`: log-log interpolation, constant samples/s beyond the ends."""
         if lb < xs[0]:
             return float(ys[0] - (lb - xs[0]))
         if lb > xs[-1]:
             return float(ys[-1] - (lb - xs[-1]))
         return float(np.interp(lb, xs, ys))
 
-    def transform(self, queries: Sequence[Query]) -> Features:
-        """Features of `queries`; PredictorInputError for an unknown GPU type or a batch size mismatch."""
+    def _ref_without(self, key: str, batch: int, gpu: str, n: int) -> float:
+        """The model's reference at `batch` computed without configuration (key, batch, gpu, n); NaN if
+        nothing else is left to compute it from."""
+        parts = self._ref_parts.get((key, batch))
+        if parts is not None:
+            own = parts.get((gpu, n), (0.0, 0))
+            total = self._ref_parts_total[(key, batch)]
+            if total[1] > own[1]:
+                return (total[0] - own[0]) / (total[1] - own[1])
+        xs, ys = self._batches.get(key, (np.empty(0), np.empty(0)))
+        keep = ~np.isclose(xs, math.log(batch))
+        if not keep.any():
+            return math.nan
+        return self._interpolate(xs[keep], ys[keep], math.log(batch))
+
+    def transform(self, queries: Sequence[Query], with_neighbours: bool = True) -> Features:
+        """Features of `queries`; PredictorInputError for an unknown GPU type or a batch size mismatch.
+
+        With `with_neighbours=False` the neighbour estimates are left NaN (no local prior), which saves
+        their cost for estimators that do not use them.
+        """
         if not self.models:
             raise PredictorInputError("FeatureBuilder.transform called before fit")
         n_gpu = 3 + len(self.catalog.workloads)
@@ -198,6 +387,11 @@ class FeatureBuilder:
         prior = np.empty(len(queries))
         log_speed = np.empty(len(queries))
         seen = np.empty(len(queries), dtype=bool)
+        neighbours = np.empty((len(queries), len(NEIGHBOUR_FEATURES)))
+        local_prior = np.empty(len(queries))
+        local_kind = np.zeros(len(queries), dtype=np.int64)
+        nb_cache: dict[tuple[str, int | None, str, int], tuple[list[float], float, int]] = {}
+        no_neighbours = ([math.nan] * len(NEIGHBOUR_FEATURES), math.nan, 0)
         column = {m: 3 + n_gpu + i for i, m in enumerate(self.models)}
         gpu_cache: dict[tuple[str, str | None], tuple[GpuProfile, list[float]]] = {}
         for i, q in enumerate(queries):
@@ -223,7 +417,13 @@ class FeatureBuilder:
                 X[i, column[key]] = 1.0
             log_speed[i] = profile.log_speed
             prior[i] = ref + profile.log_speed + math.log(q.num_gpus)
-        return Features(X, prior, log_speed, seen)
+            nb_key = (key, q.batch_size, profile.key, q.num_gpus)
+            cached_nb = nb_cache.get(nb_key) if with_neighbours else no_neighbours
+            if cached_nb is None:
+                nb = self._neighbours(*nb_key)
+                cached_nb = nb_cache[nb_key] = (nb, *self.local_prior_of(nb))
+            neighbours[i], local_prior[i], local_kind[i] = cached_nb
+        return Features(X, prior, log_speed, seen, neighbours, local_prior, local_kind)
 
     def with_catalog(self, catalog: BenchmarkCatalog) -> FeatureBuilder:
         """A copy that reads GPU types from `catalog` (which must score the same workloads the same way)."""

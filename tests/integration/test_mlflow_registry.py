@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 NAME = "cpn-predictor-test"
 SMALL = {"rf": {"n_estimators": 40}, "xgb": {"n_estimators": 60, "members": 2}}
-POOR = {"rf": {"n_estimators": 1, "min_samples_leaf": 10_000}}
+POOR = {"rf": {"n_estimators": 1, "min_samples_leaf": 10_000, "neighbours": False}}
 """A forest of one single-leaf tree: the prior plus a constant, blind to what the scores miss."""
 
 

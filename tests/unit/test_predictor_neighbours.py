@@ -1,0 +1,133 @@
+"""Neighbour features: estimates from measured configurations around a query, never from the query's own."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+from cpn.throughput import ThroughputRow
+from models.estimators import make_estimator
+from models.evaluation import out_of_fold
+from models.features import LOCAL_KINDS, NEIGHBOUR_FEATURES, FeatureBuilder, Query, query_of
+from tests.unit.test_predictor_support import catalog, law, rows
+
+RECTANGLES = [NEIGHBOUR_FEATURES.index(n) for n in ("nb_rect_count", "nb_rect_gpu", "nb_rect_both")]
+
+
+def _replace(data: list[ThroughputRow], target: Query, factor: float) -> list[ThroughputRow]:
+    return [
+        ThroughputRow(r.model, r.batch_size, r.gpu_type, r.num_gpus, r.steps_per_sec * factor)
+        if query_of(r) == target
+        else r
+        for r in data
+    ]
+
+
+def test_a_rows_own_value_never_enters_its_features():
+    """Leakage: scaling one training row by 10 changes nothing in its own neighbour features."""
+    target = Query("Transformer", 64, "p100", 2)
+    neighbour = Query("Transformer", 32, "p100", 2)
+    before = FeatureBuilder(catalog()).fit(rows())
+    after = FeatureBuilder(catalog()).fit(_replace(rows(), target, 10.0))
+    own_before, own_after = before.transform([target]), after.transform([target])
+    np.testing.assert_array_equal(own_before.neighbours, own_after.neighbours)
+    np.testing.assert_array_equal(own_before.local_prior, own_after.local_prior)
+    # ...while a configuration next to it does see the change (the features are not blind to it).
+    near_before, near_after = before.transform([neighbour]), after.transform([neighbour])
+    assert not np.allclose(near_before.local_prior, near_after.local_prior)
+
+
+def test_repeated_measurements_of_a_configuration_are_all_left_out():
+    target = Query("LM", 20, "v100", 4)
+    data = rows()
+    repeated = data + [ThroughputRow("LM", 20, "v100", 4, 1e6)]
+    a = FeatureBuilder(catalog()).fit(data).transform([target])
+    b = FeatureBuilder(catalog()).fit(repeated).transform([target])
+    np.testing.assert_array_equal(a.neighbours, b.neighbours)
+
+
+def test_neighbours_recover_a_multiplicative_law_exactly():
+    """On a law that is additive in log space every rectangle and line (but the count line) is exact."""
+    builder = FeatureBuilder(catalog()).fit(rows())
+    queries = [Query("ResNet-50", 32, "v100", 2), Query("LM", 40, "k80", 4), Query("A3C", None, "p100", 2)]
+    feats = builder.transform(queries)
+    truth = np.log([law(q.model, q.batch_size, q.gpu_type, q.num_gpus) for q in queries])
+    np.testing.assert_allclose(feats.local_prior, truth, rtol=1e-9)
+    for i, name in enumerate(NEIGHBOUR_FEATURES):
+        if name == "nb_count":
+            continue
+        column = feats.neighbours[:, i]
+        ok = ~np.isnan(column)
+        np.testing.assert_allclose(column[ok], truth[ok], rtol=1e-9, err_msg=name)
+    assert [LOCAL_KINDS[k] for k in feats.local_kind] == ["rectangle", "rectangle", "same_model_line"]
+    # A fixed-batch model has no other batch size: no rectangle, no batch line.
+    assert np.isnan(feats.neighbours[2, RECTANGLES]).all()
+
+
+def test_unmeasured_batch_size_uses_the_batch_line():
+    builder = FeatureBuilder(catalog()).fit(rows())
+    feats = builder.transform([Query("ResNet-50", 24, "p100", 2)])
+    assert np.isnan(feats.neighbours[0, RECTANGLES]).all()
+    assert not math.isnan(feats.neighbours[0, NEIGHBOUR_FEATURES.index("nb_batch")])
+    assert LOCAL_KINDS[feats.local_kind[0]] == "same_model_line"
+
+
+def test_gpu_type_or_model_never_measured_has_no_local_prior():
+    builder = FeatureBuilder(catalog()).fit(rows(gpus=("k80", "p100")))
+    feats = builder.transform([Query("ResNet-50", 32, "v100", 2), Query("bert", 8, "k80", 1)])
+    assert np.isnan(feats.neighbours).all()
+    assert np.isnan(feats.local_prior).all() and feats.local_kind.tolist() == [0, 0]
+    assert not feats.has_local.any()
+
+
+def test_features_without_neighbours_are_nan_and_the_rest_unchanged():
+    builder = FeatureBuilder(catalog()).fit(rows())
+    q = [Query("LM", 20, "v100", 2)]
+    full, bare = builder.transform(q), builder.transform(q, with_neighbours=False)
+    np.testing.assert_array_equal(full.X, bare.X)
+    assert np.isnan(bare.neighbours).all() and not bare.has_local.any()
+    assert full.local_X().shape[1] == len(builder.local_feature_names)
+
+
+def test_builder_pickled_without_neighbour_index_still_predicts_globally():
+    builder = FeatureBuilder(catalog()).fit(rows())
+    state = builder.__dict__.copy()
+    for k in ("_measured", "_by_model", "_cell_ratio", "_gpus"):
+        del state[k]
+    old = FeatureBuilder.__new__(FeatureBuilder)
+    old.__setstate__(state)
+    feats = pickle.loads(pickle.dumps(old)).transform([Query("LM", 20, "v100", 2)])
+    assert not feats.has_local.any()
+
+
+def test_local_forest_answers_measured_neighbourhoods_and_the_global_one_the_rest():
+    est = make_estimator("rf", catalog(), n_estimators=50).fit(rows(gpus=("k80", "p100")))
+    assert est.local_model is not None
+    pred = est.predict([Query("LM", 20, "p100", 2), Query("LM", 20, "v100", 2)])
+    truth = np.array([law("LM", 20, "p100", 2), law("LM", 20, "v100", 2)])
+    assert np.abs(pred.steps_per_sec / truth - 1).max() < 0.05
+    assert any(k.startswith("local:nb_") for k in est.feature_importances())
+
+
+@pytest.mark.parametrize("name", ["rf", "xgb"])
+def test_out_of_fold_prediction_ignores_the_held_out_rows_value(name):
+    """Corrupting one row changes its own out-of-fold prediction not at all."""
+    target = Query("Transformer", 64, "v100", 2)
+    params = {"rf": {"n_estimators": 30}, "xgb": {"n_estimators": 50, "members": 2}}[name]
+    data = rows(affinity=0.3)
+    i = next(j for j, r in enumerate(data) if query_of(r) == target)
+    clean = out_of_fold(data, catalog(), name, "random", params=params)
+    dirty = out_of_fold(_replace(data, target, 50.0), catalog(), name, "random", params=params)
+    assert clean.log_steps_per_sec[i] == pytest.approx(dirty.log_steps_per_sec[i])
+
+
+@pytest.mark.parametrize("name", ["rf", "xgb"])
+def test_neighbours_can_be_switched_off(name):
+    params = {"rf": {"n_estimators": 30}, "xgb": {"n_estimators": 50, "members": 2}}[name]
+    est = make_estimator(name, catalog(), neighbours=False, **params).fit(rows())
+    assert est.params()["neighbours"] is False
+    assert not any(k.startswith("local:") for k in est.feature_importances())
+    assert make_estimator(name, catalog(), **params).params()["neighbours"] is True
