@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cpn.feedback import CompletedRun
 from cpn.gpus import canonical_gpu
 from cpn.throughput import ThroughputRow, ThroughputTable
 from models.benchmarks import BenchmarkCatalog
@@ -101,3 +102,10 @@ class RetrainSchedule:
     def due(self, completions_since_last: int, seconds_since_last: float) -> bool:
         """True if enough jobs completed or enough time passed since the last retraining."""
         return completions_since_last >= self.every_completions or seconds_since_last >= self.every_s
+
+
+def observations_from_runs(runs: Sequence[CompletedRun]) -> list[Observation]:
+    """The predictor's view of completed jobs from the job store (cpn.feedback)."""
+    return [
+        Observation(r.model, r.batch_size, r.gpu_type, r.num_gpus, r.total_steps, r.runtime_s) for r in runs
+    ]

@@ -151,3 +151,14 @@ def test_arrivals_enter_the_store_at_their_time():
     store, _, _, _ = run([NODE_A], [job("early"), job("late", arrival_s=500)])
     assert store.history("late")[0].time == 500.0
     assert store.history("late")[-1].time == pytest.approx(600.0)
+
+
+def test_completed_runs_report_measured_runtime_on_the_node_gpu_type():
+    from cpn.feedback import completed_runs
+
+    store, _, _, _ = run([NODE_A], [job("a", steps=100), job("b", gpus=2, steps=160)])
+    runs = {r.job_id: r for r in completed_runs(store, [NODE_A])}
+    assert runs["a"].runtime_s == pytest.approx(100.0) and runs["a"].gpu_type == "v100"
+    assert runs["b"].runtime_s == pytest.approx(100.0), "b waited 100 s but ran 100 s: queueing excluded"
+    assert runs["b"].total_steps / runs["b"].runtime_s == pytest.approx(1.6)
+    assert completed_runs(store, [NODE_A], since=150.0) == [runs["b"]]

@@ -1,0 +1,61 @@
+"""Completion feedback: what finished jobs measured, for the predictor's training data."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cpn.inventory import Node
+from cpn.jobs import JobState
+from cpn.store import JobStore
+
+
+@dataclass(frozen=True)
+class CompletedRun:
+    """One succeeded job: what ran where, and how long it really took (queueing and transfer excluded)."""
+
+    job_id: str
+    model: str
+    batch_size: int | None
+    gpu_type: str
+    num_gpus: int
+    total_steps: int
+    runtime_s: float
+    finished_at: float
+
+
+def completed_runs(
+    store: JobStore, nodes: Sequence[Node], since: float = float("-inf")
+) -> list[CompletedRun]:
+    """Succeeded jobs that finished after `since`, with a known step count, on a node in `nodes`.
+
+    The run time is the time from the job's last `running` transition to `succeeded`.
+    """
+    gpu_of = {(n.cluster, n.name): n.gpu_type for n in nodes}
+    history: dict[str, list] = {}
+    for t in store.transitions_all():
+        history.setdefault(t.job_id, []).append(t)
+    runs = []
+    for record in store.jobs([JobState.SUCCEEDED]):
+        spec = record.spec
+        moves = history[record.job_id]
+        end = moves[-1]
+        started = next((t for t in reversed(moves) if t.to_state == JobState.RUNNING), None)
+        gpu_type = gpu_of.get((record.cluster, record.node))
+        if spec.total_steps is None or started is None or gpu_type is None or end.time <= since:
+            continue
+        if end.time <= started.time:
+            continue
+        runs.append(
+            CompletedRun(
+                job_id=record.job_id,
+                model=spec.model,
+                batch_size=spec.batch_size,
+                gpu_type=gpu_type,
+                num_gpus=spec.num_gpus,
+                total_steps=spec.total_steps,
+                runtime_s=end.time - started.time,
+                finished_at=end.time,
+            )
+        )
+    return runs

@@ -1,0 +1,34 @@
+"""Predictor tasks: collect completion feedback, retrain, register."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from cpn.feedback import CompletedRun, completed_runs
+from cpn.inventory import Node
+from cpn.store import JobStore
+from cpn.throughput import ThroughputTable
+from models.benchmarks import BenchmarkCatalog
+from models.registry import RunResult
+from models.retrain import observations_from_runs, retrain
+
+
+@task(cache_policy=NO_CACHE)
+def collect_completions(store_path: str, nodes: tuple[Node, ...]) -> list[CompletedRun]:
+    """Every succeeded job's measured run time from the job store."""
+    with JobStore(store_path) as store:
+        return completed_runs(store, nodes)
+
+
+@task(cache_policy=NO_CACHE)
+def retrain_predictor(
+    runs: list[CompletedRun], throughputs: str, benchmarks: str, tracking_uri: str
+) -> list[RunResult]:
+    """Train RF and XGBoost on the table plus completions; the champion rule decides what serves."""
+    return retrain(
+        observations_from_runs(runs),
+        ThroughputTable.load(throughputs),
+        BenchmarkCatalog.load(benchmarks),
+        tracking_uri=tracking_uri,
+    )
