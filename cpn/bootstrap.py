@@ -8,15 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from config.settings import Profile
+from config.settings import ClustersConfig
 from cpn.clock import SimClock
 from cpn.inventory import Node, nodes_from_config
 from cpn.policies import make_policy
 from cpn.scheduler import EstimateSource, Scheduler
+from cpn.sim.colocation import ColocationTable
 from cpn.sim.gateway import GroundTruth, SimulatedGateway
 from cpn.sim.migrator import SimulatedMigrator
 from cpn.store import JobStore
-from cpn.throughput import GAVEL_ISOLATED, ThroughputTable
+from cpn.throughput import ThroughputTable
 from cpn.transfer import TransferTimes
 
 
@@ -37,26 +38,32 @@ class Simulation:
         return sum(n.gpu_count for n in self.nodes)
 
 
+def ground_truth(table: ThroughputTable) -> GroundTruth:
+    """The simulator's truth: measured isolated throughputs and the measured co-location pairs."""
+    return GroundTruth(table, colocation=ColocationTable.load(table))
+
+
 def build_simulation(
-    profile: Profile,
+    clusters: ClustersConfig,
     store_path: Path | str,
-    policy: str | None = None,
-    throughputs: Path | str = GAVEL_ISOLATED,
+    policy: str,
+    table: ThroughputTable,
+    cpu_threshold: float = 0.7,
     estimator: EstimateSource | None = None,
 ) -> Simulation:
-    """Simulated clusters from `profile`, a job store at `store_path` on simulated time, and a scheduler."""
+    """Simulated `clusters`, a job store at `store_path` on simulated time, and the production scheduler."""
     clock = SimClock()
-    nodes = nodes_from_config(profile.clusters)
+    nodes = nodes_from_config(clusters)
     store = JobStore(store_path, clock=clock)
-    gateway = SimulatedGateway(nodes, GroundTruth(ThroughputTable.load(throughputs)), clock)
-    transfers = TransferTimes(profile.clusters)
+    gateway = SimulatedGateway(nodes, ground_truth(table), clock)
+    transfers = TransferTimes(clusters)
     migrator = SimulatedMigrator(transfers, clock)
     scheduler = Scheduler(
         store,
         gateway,
-        make_policy(policy or profile.policy.name),
+        make_policy(policy),
         clock,
-        cpu_threshold=profile.policy.cpu_threshold,
+        cpu_threshold=cpu_threshold,
         estimator=estimator,
         transfers=transfers,
         migrator=migrator,

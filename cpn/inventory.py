@@ -40,16 +40,30 @@ class Node:
 
 
 @dataclass(frozen=True)
+class SharedCard:
+    """A card held by jobs that share it (JobSpec.gpu_share, HAMi/MPS style), and what is left of it."""
+
+    index: int
+    """0-based card index on the node."""
+    free_share: float
+    """1 minus the shares of the jobs on it: the largest gpu_share another job may still bring."""
+    free_memory_gb: float
+    """Card memory minus what the jobs on it use."""
+
+
+@dataclass(frozen=True)
 class NodeState:
     """A node and what is free on it now."""
 
     node: Node
     free_gpus: int
-    """Cards with no job on them."""
+    """Cards with no job on them (shared cards are listed in `shared` instead)."""
     cpu_used: float = 0.0
     """CPU cores requested by running jobs (or measured, for live clusters)."""
     running: tuple[str, ...] = field(default=())
     """Ids of the jobs on the node."""
+    shared: tuple[SharedCard, ...] = ()
+    """Cards that sharing jobs hold (not counted in free_gpus), lowest index first."""
 
     @property
     def cpu_load(self) -> float:

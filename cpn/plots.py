@@ -25,6 +25,7 @@ class Execution(Protocol):
     start: float
     end: float
     outcome: str
+    share: float
 
 
 def gantt(executions: Sequence[Execution], nodes: Sequence[Node], path: Path, title: str = "") -> Path:
@@ -122,11 +123,12 @@ def utilization_over_time(
 
 def busy_fraction(executions: Sequence[Execution], total_gpus: int) -> tuple[list[float], list[float]]:
     """Step series of the fraction of GPUs held, from executions."""
-    deltas: dict[float, int] = {}
+    deltas: dict[float, float] = {}
     for ex in executions:
-        deltas[ex.start] = deltas.get(ex.start, 0) + len(ex.gpus)
-        deltas[ex.end] = deltas.get(ex.end, 0) - len(ex.gpus)
-    times, fracs, level = [], [], 0
+        held = len(ex.gpus) * ex.share
+        deltas[ex.start] = deltas.get(ex.start, 0) + held
+        deltas[ex.end] = deltas.get(ex.end, 0) - held
+    times, fracs, level = [], [], 0.0
     for t in sorted(deltas):
         level += deltas[t]
         times.append(t)

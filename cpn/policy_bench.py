@@ -15,20 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from config.settings import DATA_DIR, ClustersConfig, load_model
-from cpn.clock import SimClock
+from cpn.bootstrap import build_simulation
 from cpn.estimates import NoisyOracle, OracleEstimates
 from cpn.inventory import Node, nodes_from_config
 from cpn.jobs import JobSpec, JobState
 from cpn.policies import make_policy
 from cpn.replay import arrivals_from_jobs, replay
-from cpn.report import Busy, JobTimeline, summarize, timelines
-from cpn.scheduler import Scheduler
-from cpn.sim.gateway import Execution, GroundTruth, SimulatedGateway
-from cpn.sim.migrator import SimulatedMigrator
-from cpn.store import JobStore
+from cpn.report import JobTimeline, busy_of, summarize, timelines
+from cpn.scheduler import EstimateSource
+from cpn.sim.gateway import Execution
 from cpn.throughput import ThroughputTable
 from cpn.traces import load_gavel_trace, load_trace_csv
-from cpn.transfer import TransferTimes
 
 PEER_FIGURES = DATA_DIR / "gavel" / "peer_figures.csv"
 """Gavel's own simulator's figures on the peer traces (data/gavel/peer/README.md)."""
@@ -114,7 +111,7 @@ def lower_bound(jobs: Sequence[JobSpec], nodes: Sequence[Node], oracle: OracleEs
     return LowerBound(longest_job_s=latest_end - start, work_over_capacity_s=gpu_work / total_gpus)
 
 
-def make_estimator(spec: str, table: ThroughputTable, seed: int) -> OracleEstimates:
+def make_estimator(spec: str, table: ThroughputTable, seed: int) -> EstimateSource:
     """`oracle` (perfect runtimes) or `noisy:SIGMA` (oracle x seeded log-normal error)."""
     if spec == "oracle":
         return OracleEstimates(table)
@@ -124,7 +121,7 @@ def make_estimator(spec: str, table: ThroughputTable, seed: int) -> OracleEstima
         except ValueError:
             raise ValueError(f"--estimates {spec!r}: SIGMA must be a number, e.g. noisy:0.3") from None
         return NoisyOracle(table, sigma=sigma, seed=seed)
-    raise ValueError(f"--estimates {spec!r}: use oracle or noisy:SIGMA")
+    raise ValueError(f"--estimates {spec!r}: use oracle, noisy:SIGMA or predictor")
 
 
 def run_policy(
@@ -132,35 +129,19 @@ def run_policy(
     jobs: Sequence[JobSpec],
     clusters: ClustersConfig,
     table: ThroughputTable,
-    estimator: OracleEstimates,
+    estimator: EstimateSource,
     cpu_threshold: float = 0.7,
 ) -> PolicyRun:
     """Replay `jobs` under `policy` on fresh simulated clusters; returns its figures."""
-    clock = SimClock()
-    nodes = nodes_from_config(clusters)
-    store = JobStore(":memory:", clock=clock)
-    gateway = SimulatedGateway(nodes, GroundTruth(table), clock)
-    transfers = TransferTimes(clusters)
-    migrator = SimulatedMigrator(transfers, clock)
-    scheduler = Scheduler(
-        store,
-        gateway,
-        make_policy(policy),
-        clock,
-        cpu_threshold=cpu_threshold,
-        estimator=estimator,
-        transfers=transfers,
-        migrator=migrator,
-    )
+    sim = build_simulation(clusters, ":memory:", policy, table, cpu_threshold, estimator)
     started = time.perf_counter()
-    replay(scheduler, gateway, clock, arrivals_from_jobs(jobs), migrator=migrator)
+    replay(sim.scheduler, sim.gateway, sim.clock, arrivals_from_jobs(jobs), migrator=sim.migrator)
     wall = time.perf_counter() - started
-    lines = tuple(timelines(store))
-    busy = [Busy(len(e.gpus), e.start, e.end) for e in gateway.executions]
-    summary = summarize(lines, busy, sum(n.gpu_count for n in nodes), migrator.total_s)
+    lines = tuple(timelines(sim.store))
+    summary = summarize(lines, busy_of(sim.gateway.executions), sim.total_gpus, sim.migrator.total_s)
     summary["sim_wall_s"] = wall
-    store.close()
-    return PolicyRun(policy, summary, lines, tuple(gateway.executions))
+    sim.store.close()
+    return PolicyRun(policy, summary, lines, tuple(sim.gateway.executions))
 
 
 def peer_figures(trace: Path | str, path: Path = PEER_FIGURES) -> list[PeerFigure]:
@@ -198,8 +179,12 @@ def bench_policies(
     estimates: str = "oracle",
     cpu_threshold: float = 0.7,
     progress: Callable[[str], None] = print,
+    estimator: EstimateSource | None = None,
 ) -> BenchResult:
-    """Replay one trace under each policy; figures, lower bound and peer figures in one result."""
+    """Replay one trace under each policy; figures, lower bound and peer figures in one result.
+
+    `estimator` (for example the trained predictor) replaces the one `estimates` names.
+    """
     for name in policies:
         make_policy(name)
     clusters = load_model(clusters_path, ClustersConfig)
@@ -217,7 +202,8 @@ def bench_policies(
     progress(f"{len(jobs):,} jobs on {result.total_gpus} GPUs in {len(clusters.clusters)} clusters")
     for name in policies:
         progress(f"replaying under {name} ...")
-        run = run_policy(name, jobs, clusters, table, make_estimator(estimates, table, seed), cpu_threshold)
+        source = estimator or make_estimator(estimates, table, seed)
+        run = run_policy(name, jobs, clusters, table, source, cpu_threshold)
         progress(
             f"  {name}: {run.summary['succeeded']} succeeded, {run.summary['unfinished']} unfinished, "
             f"in {run.summary['sim_wall_s']:.1f} s"

@@ -9,48 +9,76 @@ added by the HTTP intake or another process show up the same way).
 from __future__ import annotations
 
 from cpn.jobs import JobSpec, JobState
+from cpn.policies.base import shape_of
 from cpn.store import Change, JobStore
 
 
 class QueueView:
-    """What is queued now, and where each job's payload is."""
+    """What is queued now, where each job's payload is, and how many jobs of each shape wait."""
 
     def __init__(self, store: JobStore) -> None:
         self.store = store
         self._after = 0
-        self._queued: dict[str, tuple[int, JobSpec]] = {}
+        self._specs: dict[str, JobSpec] = {}
+        self._order: dict[str, int] = {}
+        self._last_order = -1
         self._location: dict[str, str | None] = {}
+        self._shapes: dict[tuple, list] = {}
+        """shape -> [count, a job of that shape]"""
         self._pending: tuple[JobSpec, ...] | None = ()
 
-    def refresh(self) -> None:
-        """Apply every transition recorded since the last refresh."""
+    def refresh(self) -> tuple[JobSpec, ...]:
+        """Apply every transition recorded since the last refresh; returns the jobs that (re-)entered."""
         self._after, changes = self.store.changes_since(self._after)
         if not changes:
-            return
+            return ()
         latest: dict[str, Change] = {}
         for change in changes:
             latest[change.job_id] = change
-        entering = [c for c in latest.values() if c.state == JobState.QUEUED and c.job_id not in self._queued]
+        entering = [c for c in latest.values() if c.state == JobState.QUEUED and c.job_id not in self._specs]
         for change in latest.values():
-            if change.state != JobState.QUEUED:
-                self._queued.pop(change.job_id, None)
+            if change.state != JobState.QUEUED and change.job_id in self._specs:
+                self._leave(change.job_id)
             self._location[change.job_id] = change.location
         specs = self.store.specs([c.job_id for c in entering])
-        last_order = max((order for order, _ in self._queued.values()), default=-1) if entering else -1
         in_order = True
         for change in entering:
-            in_order = in_order and change.order > last_order
-            last_order = max(last_order, change.order)
-            self._queued[change.job_id] = (change.order, specs[change.job_id])
+            in_order = in_order and change.order > self._last_order
+            self._last_order = max(self._last_order, change.order)
+            self._enter(specs[change.job_id], change.order)
         if not in_order:
-            self._queued = dict(sorted(self._queued.items(), key=lambda item: item[1][0]))
+            ordered = sorted(self._specs, key=self._order.__getitem__)
+            self._specs = {job_id: self._specs[job_id] for job_id in ordered}
         self._pending = None
+        return tuple(specs[c.job_id] for c in entering)
+
+    def _enter(self, spec: JobSpec, order: int) -> None:
+        self._specs[spec.job_id] = spec
+        self._order[spec.job_id] = order
+        entry = self._shapes.setdefault(shape_of(spec), [0, spec])
+        entry[0] += 1
+
+    def _leave(self, job_id: str) -> None:
+        spec = self._specs.pop(job_id)
+        del self._order[job_id]
+        key = shape_of(spec)
+        self._shapes[key][0] -= 1
+        if not self._shapes[key][0]:
+            del self._shapes[key]
 
     def pending(self) -> tuple[JobSpec, ...]:
         """Queued jobs in acceptance order."""
         if self._pending is None:
-            self._pending = tuple(spec for _, spec in self._queued.values())
+            self._pending = tuple(self._specs.values())
         return self._pending
+
+    def shapes(self) -> tuple[JobSpec, ...]:
+        """One queued job of each shape (see cpn.policies.base.shape_of)."""
+        return tuple(spec for _, spec in self._shapes.values())
+
+    def spec(self, job_id: str) -> JobSpec:
+        """A queued job's spec."""
+        return self._specs[job_id]
 
     def location(self, job_id: str) -> str | None:
         """Cluster holding the job's image and data (None: nowhere in particular)."""

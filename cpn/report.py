@@ -42,9 +42,15 @@ class JobTimeline:
 class Busy:
     """GPUs held by a job from `start` to `end` (an execution, successful or not)."""
 
-    num_gpus: int
+    num_gpus: float
+    """Cards held; fractional when the job shares a card."""
     start: float
     end: float
+
+
+def busy_of(executions: Iterable[Execution]) -> list[Busy]:
+    """GPU time held by executions; a shared card counts for the share the job holds."""
+    return [Busy(len(e.gpus) * e.share, e.start, e.end) for e in executions]
 
 
 def timelines(store: JobStore) -> list[JobTimeline]:
@@ -147,8 +153,7 @@ def write_run_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     total_gpus = sum(n.gpu_count for n in nodes)
-    busy = [Busy(len(e.gpus), e.start, e.end) for e in executions]
-    summary = summarize(timelines(store), busy, total_gpus, transfer_s_total)
+    summary = summarize(timelines(store), busy_of(executions), total_gpus, transfer_s_total)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     gantt(executions, nodes, out / "gantt.png", title=title)
     return summary

@@ -16,6 +16,7 @@ from typing import Protocol
 from cpn.adapters.gateway import ClusterGateway, JobEvent, SubmitRejected
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
+from cpn.inventory import NodeState
 from cpn.jobs import JobSpec, JobState
 from cpn.policies.base import Decision, Estimate, Policy, Snapshot
 from cpn.queue_view import QueueView
@@ -111,20 +112,22 @@ class Scheduler:
         """Drop cached estimates (after the predictor is retrained); the next round asks again."""
         self._estimates.clear()
 
-    def _update_estimates(self, pending: tuple[JobSpec, ...], gpu_types: tuple[str, ...]) -> None:
+    def _update_estimates(self, entering: tuple[JobSpec, ...], nodes: tuple[NodeState, ...]) -> None:
         if self.estimator is None:
             return
+        gpu_types = tuple(sorted({n.node.gpu_type for n in nodes}))
         if gpu_types != self._estimated_types:
             self._estimates.clear()
             self._estimated_types = gpu_types
-        new = tuple(job for job in pending if job.job_id not in self._estimates)
+            entering = self.queue.pending()
+        new = tuple(job for job in entering if job.job_id not in self._estimates)
         if new:
             self._estimates.update(self.estimator.estimates(new, gpu_types))
 
-    def _update_transfers(self, pending: tuple[JobSpec, ...]) -> None:
+    def _update_transfers(self, entering: tuple[JobSpec, ...]) -> None:
         if self.transfers is None:
             return
-        for job in pending:
+        for job in entering:
             location = self.queue.location(job.job_id)
             if location is None:
                 self._transfer_rows.pop(job.job_id, None)
@@ -135,26 +138,26 @@ class Scheduler:
     def snapshot(self) -> Snapshot:
         """The frozen view the policy decides on.
 
-        Estimates and transfer times are computed once per job (and location) and
-        cached; the snapshot's mappings may hold entries of jobs no longer pending.
+        Estimates and transfer times are computed once per job (and location), when
+        it enters the queue, and cached; the snapshot's mappings may hold entries of
+        jobs no longer pending.
         """
-        self.queue.refresh()
-        pending = self.queue.pending()
+        entering = self.queue.refresh()
         nodes = self.gateway.inventory()
-        self._update_estimates(pending, tuple(sorted({n.node.gpu_type for n in nodes})))
-        self._update_transfers(pending)
+        self._update_estimates(entering, nodes)
+        self._update_transfers(entering)
         return Snapshot(
             now=self.clock.now(),
-            pending=pending,
+            pending=self.queue.pending(),
             nodes=nodes,
             estimates=MappingProxyType(self._estimates),
             transfer_s=MappingProxyType(self._transfer_rows),
             cpu_threshold=self.cpu_threshold,
+            shapes=self.queue.shapes(),
         )
 
     def execute(self, snapshot: Snapshot, decision: Decision) -> tuple[int, int, int]:
         """Carry out a decision; returns (submitted, migrating, refused by the cluster)."""
-        specs = {job.job_id: job for job in snapshot.pending}
         for rejection in decision.rejections:
             self.store.transition(rejection.job_id, JobState.SCHEDULE_FAILED, reason=rejection.reason)
         placed = migrating = refused = 0
@@ -167,11 +170,11 @@ class Scheduler:
                 self.store.transition(
                     placement.job_id, JobState.MIGRATING, reason=f"{location} -> {placement.cluster}"
                 )
-                self.migrator.start(specs[placement.job_id], location, placement.cluster)
+                self.migrator.start(self.queue.spec(placement.job_id), location, placement.cluster)
                 migrating += 1
                 continue
             try:
-                self.gateway.submit(specs[placement.job_id], placement)
+                self.gateway.submit(self.queue.spec(placement.job_id), placement)
             except SubmitRejected as exc:
                 self.store.transition(placement.job_id, JobState.QUEUED, reason=f"submit refused: {exc}")
                 refused += 1

@@ -8,6 +8,7 @@ from prefect import flow, get_run_logger
 
 from config.settings import DEMO_DIR
 from cpn.bootstrap import build_simulation
+from cpn.estimates import OracleEstimates
 from cpn.report import format_summary
 from cpn.throughput import GAVEL_ISOLATED, ThroughputTable
 from tasks.config import load_settings
@@ -43,7 +44,14 @@ def demo(
     out_dir.mkdir(parents=True, exist_ok=True)
     store_path = out_dir / "jobs.db"
     store_path.unlink(missing_ok=True)
-    sim = build_simulation(profile, store_path, policy=policy_name)
+    sim = build_simulation(
+        profile.clusters,
+        store_path,
+        policy_name,
+        table,
+        cpu_threshold=profile.policy.cpu_threshold,
+        estimator=OracleEstimates(table),
+    )
     result = schedule_until_drained(sim, accepted)
     if result.stuck:
         logger.warning("%d jobs could never be placed: %s", len(result.stuck), ", ".join(result.stuck[:5]))

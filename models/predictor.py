@@ -92,6 +92,10 @@ class Predictor:
             out.setdefault(job.job_id, {})[gpu] = est
         return out
 
+    def estimates(self, jobs: Sequence[JobSpec], gpu_types: Sequence[str]) -> dict[str, dict[str, Estimate]]:
+        """The scheduler's EstimateSource interface (cpn.scheduler): same as estimate_many."""
+        return self.estimate_many(jobs, gpu_types)
+
     def estimate_pairs(self, pairs: Sequence[tuple[JobSpec, str, str | None]]) -> list[Estimate]:
         """Estimates of (job, GPU type, node or None) triples, in order."""
         if not pairs:

@@ -11,7 +11,7 @@ from config.settings import ConfigError
 from cpn.policies import POLICIES
 from cpn.policy_bench import bench_policies
 from cpn.policy_bench_report import format_table, to_json, write_plots
-from cpn.throughput import GAVEL_ISOLATED, ThroughputFormatError
+from cpn.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
 from cpn.traces import TraceFormatError
 
 
@@ -46,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--estimates",
         default="oracle",
-        help="runtime estimates the policies see: oracle, or noisy:SIGMA (default: %(default)s)",
+        help="runtime estimates the policies see: oracle (ground truth), noisy:SIGMA (ground truth x "
+        "log-normal error), or predictor (the random forest trained on --throughputs) (default: %(default)s)",
     )
     p.add_argument(
         "--cpu-threshold", type=float, default=0.7, help="node CPU load cap (default: %(default)s)"
@@ -61,10 +62,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     register_bench(bench_sub)
 
 
+def _trained_predictor(throughputs: str):
+    """The default random-forest predictor trained on the throughput table (no MLflow involved)."""
+    from models.benchmarks import BenchmarkCatalog
+    from models.features import training_rows
+    from models.predictor import fit_predictor
+
+    print("training the predictor on the throughput table ...", file=sys.stderr, flush=True)
+    return fit_predictor(training_rows(ThroughputTable.load(throughputs)), BenchmarkCatalog.load())
+
+
 def run_policies(args: argparse.Namespace) -> int:
     """Run the policy benchmark; exit 2 on bad input."""
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     try:
+        estimator = _trained_predictor(args.throughputs) if args.estimates == "predictor" else None
         result = bench_policies(
             args.clusters,
             args.throughputs,
@@ -74,6 +86,7 @@ def run_policies(args: argparse.Namespace) -> int:
             estimates=args.estimates,
             cpu_threshold=args.cpu_threshold,
             progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+            estimator=estimator,
         )
     except (ConfigError, ThroughputFormatError, TraceFormatError, ValueError, FileNotFoundError) as exc:
         print(f"cpn bench policies: {exc}", file=sys.stderr)

@@ -50,16 +50,42 @@ class Snapshot:
     """job_id -> cluster -> seconds to move the job's image and data there."""
     cpu_threshold: float = 0.7
     """Nodes whose CPU load is above this take no more jobs."""
+    shapes: tuple[JobSpec, ...] | None = None
+    """One pending job of each shape (`shape_of`); None = not given. Lets a policy stop scanning
+    a long queue once no shape that waits could start on what is left."""
+
+
+def shape_of(job: JobSpec) -> tuple:
+    """What decides whether a job can start on given free capacity, bar memory and estimates."""
+    return (job.kind, job.num_gpus, job.gpu_share is not None, job.cpu)
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Run `job_id` on `num_gpus` cards of one node."""
+    """Run `job_id` as one gang: `num_gpus` cards of `node`, plus the cards of any `extra_nodes`.
+
+    A job spans nodes only when it is wider than any node it may use; all its nodes are in one
+    cluster and have one GPU type. A one-card job with a `gpu_share` shares a card of `node` (which
+    one, the cluster decides: cpn.policies.rules.pick_shared_card).
+    """
 
     job_id: str
     cluster: str
     node: str
     num_gpus: int
+    """Cards on `node`."""
+    extra_nodes: tuple[tuple[str, int], ...] = ()
+    """More nodes of the same cluster, with the cards the gang takes on each."""
+
+    @property
+    def nodes(self) -> tuple[tuple[str, int], ...]:
+        """Every (node, cards) of the gang, `node` first."""
+        return ((self.node, self.num_gpus), *self.extra_nodes)
+
+    @property
+    def total_gpus(self) -> int:
+        """Cards the gang holds over all its nodes."""
+        return self.num_gpus + sum(n for _, n in self.extra_nodes)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Simulated clusters: a deterministic executor behind the ClusterGateway port, and its ground truth.
 
-`gateway` holds the event-driven SimulatedGateway, `truth` the run time / failure oracle over a
-measured throughput table, `memory` the documented GPU memory model.
+`gateway` holds the event-driven SimulatedGateway; `truth` the rate / failure oracle over the
+measured throughput tables, built from `scaling` (GPU counts beyond the table), `colocation` (jobs
+sharing a card) and `memory` (the documented GPU memory model).
 """

@@ -1,31 +1,42 @@
 """Simulated clusters behind the ClusterGateway port: a deterministic discrete-event executor.
 
-Submitting a job holds specific cards of one node from now until the job ends; the end is an
-event on a heap ordered by (time, sequence number), so equal times resolve in submission order and
-the same inputs always give the same event sequence. Nothing reads the wall clock and nothing is
-random. Time moves only through `advance`, which processes every due event and moves the clock.
+Submitting a job holds specific cards from now until the job ends: all its cards at once (a gang), on
+one node or, for a job wider than a node, on several nodes of one cluster. A job with a `gpu_share`
+joins a card other sharing jobs hold while the shares sum to at most 1 (the card chosen as
+`cpn.policies.rules.pick_shared_card` says), or opens a free card. The cluster admits a job only
+on a node of a pool whose taints it tolerates (`cpn.policies.rules.admission_problem`) and within
+the node's CPU; its memory is checked when it starts training, against the card's memory or, on a
+shared card, what its partners leave (OOM).
+
+A job's end is an event on a heap ordered by (time, sequence number), so equal times resolve in
+submission order and the same inputs always give the same event sequence. A job sharing a card trains
+at its rate alone times the co-location factors of its partners (cpn.sim.colocation); when a partner
+starts or ends, the job's progress so far is kept and its end is moved by pushing a new event, the old
+one left on the heap and skipped when popped. Runs that fail do not slow their partners. Nothing reads
+the wall clock and nothing is random; time moves only through `advance`.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from cpn.adapters.gateway import JobEvent, SubmitRejected
 from cpn.clock import SimClock
-from cpn.inventory import Node, NodeState
+from cpn.inventory import Node, NodeState, SharedCard
 from cpn.jobs import JobSpec
 from cpn.policies.base import Placement
-from cpn.sim.truth import GroundTruth, RunOutcome
+from cpn.policies.rules import admission_problem, gang_cpu, is_sharing, pick_shared_card
+from cpn.sim.truth import OOM_REASON, GroundTruth, RunOutcome
 
 __all__ = ["Execution", "GroundTruth", "SimulatedGateway"]
 
 
 @dataclass(frozen=True)
 class Execution:
-    """One finished run of a job on cards of a node, for Gantt charts and utilisation."""
+    """One finished run of a job on cards of one node (a gang over several nodes has one per node)."""
 
     job_id: str
     cluster: str
@@ -36,30 +47,70 @@ class Execution:
     end: float
     outcome: Literal["succeeded", "failed"]
     reason: str = ""
+    share: float = 1.0
+    """Fraction of each card held: the job's gpu_share on a shared card, else 1."""
 
 
-@dataclass(frozen=True)
-class _Run:
-    job: JobSpec
-    node: Node
-    gpus: tuple[int, ...]
-    start: float
-    outcome: RunOutcome
+@dataclass
+class _Card:
+    """A card sharing jobs hold: job_id -> (share, GB held)."""
+
+    jobs: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def free_share(self) -> float:
+        return max(0.0, 1.0 - sum(share for share, _ in self.jobs.values()))
+
+    def free_gb(self, node: Node) -> float:
+        return node.gpu_memory_gb - sum(gb for _, gb in self.jobs.values())
 
 
 @dataclass
 class _NodeUse:
     free: list[int]
     """Free card indices, ascending."""
+    shared: dict[int, _Card]
+    """Card index -> sharing jobs on it."""
     running: dict[str, float]
-    """job_id -> CPU cores, in start order."""
+    """job_id -> CPU cores it holds here, in start order."""
+
+
+@dataclass
+class _Run:
+    job: JobSpec
+    held: tuple[tuple[Node, tuple[int, ...]], ...]
+    """Each node of the gang and the cards held on it."""
+    card: int | None
+    """The shared card a sharing job is on (of the one node it holds); None = whole cards."""
+    start: float
+    outcome: RunOutcome
+    rate: float
+    """Steps/s now (0 for a run that fails)."""
+    steps_left: float
+    since: float
+    """When steps_left was last brought up to date."""
+    end: float
+    seq: int = -1
+    """Sequence number of the heap event that is current; older ones are skipped."""
+
+    @property
+    def trains(self) -> bool:
+        return self.outcome.succeeded
+
+    @property
+    def share(self) -> float:
+        """Fraction of each card held."""
+        return 1.0 if self.card is None else _share(self.job)
+
+
+def _share(job: JobSpec) -> float:
+    return job.gpu_share if job.gpu_share is not None else 1.0
 
 
 class SimulatedGateway:
     """Simulated clusters: `inventory`, `submit`, `poll_events` of the port, plus time controls.
 
     Every run ends in exactly one `succeeded` or `failed` event; finished runs are kept in
-    `executions` in the order they ended.
+    `executions` in the order they ended (one per node of a gang).
     """
 
     def __init__(self, nodes: Sequence[Node], truth: GroundTruth, clock: SimClock) -> None:
@@ -71,7 +122,8 @@ class SimulatedGateway:
                 raise ValueError(f"node {node.key} is listed twice")
             self._nodes[(node.cluster, node.name)] = node
         self._use = {
-            key: _NodeUse(free=list(range(n.gpu_count)), running={}) for key, n in self._nodes.items()
+            key: _NodeUse(free=list(range(n.gpu_count)), shared={}, running={})
+            for key, n in self._nodes.items()
         }
         self._states = {key: self._state(key) for key in self._nodes}
         self._runs: dict[str, _Run] = {}
@@ -81,91 +133,202 @@ class SimulatedGateway:
         self.executions: list[Execution] = []
 
     def _state(self, key: tuple[str, str]) -> NodeState:
-        use = self._use[key]
+        node, use = self._nodes[key], self._use[key]
         return NodeState(
-            node=self._nodes[key],
+            node=node,
             free_gpus=len(use.free),
             cpu_used=sum(use.running.values()),
             running=tuple(use.running),
+            shared=tuple(
+                SharedCard(i, card.free_share(), card.free_gb(node)) for i, card in sorted(use.shared.items())
+            ),
         )
 
     def inventory(self) -> tuple[NodeState, ...]:
-        """Every node, in the order given, with its free cards, CPU in use and running jobs."""
+        """Every node, in the order given, with its free and shared cards, CPU in use and running jobs."""
         return tuple(self._states.values())
 
     def submit(self, job: JobSpec, placement: Placement) -> None:
-        """Start `job` on the lowest free cards of the placed node; emit `running` now.
+        """Start `job` as placed; emit `running` now.
 
-        Raises SubmitRejected when the node does not exist, has too few free cards or CPU,
-        the job is already running, or the placement names another job.
+        Raises SubmitRejected, changing nothing, when the placement names another job or the job is
+        already running; a node does not exist, is listed twice, is of another GPU type than the rest of
+        the gang, or is in a pool or has a taint the job may not use; the gang's cards do not add up to
+        the job's GPU count; or a node has too few free cards, card share or CPU.
         """
-        key = (placement.cluster, placement.node)
         if placement.job_id != job.job_id:
             raise SubmitRejected(f"placement is for {placement.job_id}, not {job.job_id}")
         if job.job_id in self._runs:
             raise SubmitRejected(f"job {job.job_id} is already running")
-        if key not in self._nodes:
-            raise SubmitRejected(f"no node {placement.cluster}/{placement.node}")
-        node, use = self._nodes[key], self._use[key]
-        if not 1 <= placement.num_gpus <= len(use.free):
-            raise SubmitRejected(
-                f"node {node.key} has {len(use.free)} free GPUs; "
-                f"job {job.job_id} asks for {placement.num_gpus}"
-            )
-        cpu_used = sum(use.running.values())
-        if cpu_used + job.cpu > node.cpu_cores:
-            raise SubmitRejected(
-                f"node {node.key} has {node.cpu_cores - cpu_used:g} free CPU cores; "
-                f"job {job.job_id} asks for {job.cpu:g}"
-            )
+        plan = self._check(job, placement)
+        card = self._shared_card(job, plan[0][0]) if is_sharing(job) else None
         now = self.clock.now()
-        gpus = tuple(use.free[: placement.num_gpus])
-        del use.free[: placement.num_gpus]
-        use.running[job.job_id] = job.cpu
-        self._states[key] = self._state(key)
-        outcome = self.truth.outcome(job, node, placement.num_gpus)
-        self._runs[job.job_id] = _Run(job, node, gpus, now, outcome)
-        heapq.heappush(self._heap, (now + outcome.duration_s, self._seq, job.job_id))
-        self._seq += 1
+        node = plan[0][0]
+        if card is None:
+            free_gb = node.gpu_memory_gb
+        else:
+            free_gb = self._use[(node.cluster, node.name)].shared.get(card, _Card()).free_gb(node)
+        outcome = self.truth.outcome(job, node.gpu_type, job.num_gpus, free_gb, consolidated=len(plan) == 1)
+        run = _Run(
+            job=job,
+            held=self._hold(job, plan, card),
+            card=card,
+            start=now,
+            outcome=outcome,
+            rate=outcome.steps_per_sec,
+            steps_left=float(job.total_steps or 0),
+            since=now,
+            end=now + outcome.duration_s,
+        )
+        self._runs[job.job_id] = run
         self._events.append(JobEvent(job.job_id, "running", now))
+        if card is None:
+            self._push(run)
+            return
+        # An OOM-killed job never got its memory; any other holds what it uses until it ends.
+        held_gb = 0.0 if outcome.reason == OOM_REASON else self.truth.memory_gb(job, 1) or 0.0
+        self._use[(node.cluster, node.name)].shared[card].jobs[job.job_id] = (run.share, held_gb)
+        self._states[(node.cluster, node.name)] = self._state((node.cluster, node.name))
+        if run.trains:
+            self._reschedule(node, card, now)
+        else:
+            self._push(run)
+
+    def _hold(
+        self, job: JobSpec, plan: list[tuple[Node, int]], card: int | None
+    ) -> tuple[tuple[Node, tuple[int, ...]], ...]:
+        """Take the gang's cards (the lowest free ones) and CPU on every node; a sharing job its card."""
+        held = []
+        for node, count in plan:
+            key = (node.cluster, node.name)
+            use = self._use[key]
+            if card is None:
+                gpus = tuple(use.free[:count])
+                del use.free[:count]
+            else:
+                gpus = (card,)
+                if card in use.free:
+                    use.free.remove(card)
+                    use.shared[card] = _Card()
+            use.running[job.job_id] = gang_cpu(job, count)
+            self._states[key] = self._state(key)
+            held.append((node, gpus))
+        return tuple(held)
+
+    def _check(self, job: JobSpec, placement: Placement) -> list[tuple[Node, int]]:
+        """The gang's nodes and cards, or SubmitRejected saying what the cluster cannot do."""
+        plan = []
+        for name, count in placement.nodes:
+            key = (placement.cluster, name)
+            if key not in self._nodes:
+                raise SubmitRejected(f"no node {placement.cluster}/{name}")
+            node, use = self._nodes[key], self._use[key]
+            if any(n is node for n, _ in plan):
+                raise SubmitRejected(f"node {node.key} is listed twice in the placement of {job.job_id}")
+            if plan and node.gpu_type != plan[0][0].gpu_type:
+                raise SubmitRejected(f"a gang runs on one GPU type; {node.key} has {node.gpu_type}")
+            if (problem := admission_problem(node, job.kind)) is not None:
+                raise SubmitRejected(problem)
+            if count < 1 or (count > len(use.free) and not is_sharing(job)):
+                raise SubmitRejected(
+                    f"node {node.key} has {len(use.free)} free GPUs; job {job.job_id} asks for {count}"
+                )
+            cpu_used = sum(use.running.values())
+            if cpu_used + gang_cpu(job, count) > node.cpu_cores:
+                raise SubmitRejected(
+                    f"node {node.key} has {node.cpu_cores - cpu_used:g} free CPU cores; "
+                    f"job {job.job_id} asks for {gang_cpu(job, count):g}"
+                )
+            plan.append((node, count))
+        if placement.total_gpus != job.num_gpus:
+            raise SubmitRejected(
+                f"job {job.job_id} needs {job.num_gpus} GPUs; the placement gives it {placement.total_gpus}"
+            )
+        return plan
+
+    def _shared_card(self, job: JobSpec, node: Node) -> int:
+        """The card a sharing job joins: bin packed (pick_shared_card), else the lowest free card."""
+        use = self._use[(node.cluster, node.name)]
+        indices = sorted(use.shared)
+        cards = [(use.shared[i].free_share(), use.shared[i].free_gb(node)) for i in indices]
+        pos = pick_shared_card(cards, _share(job), job.gpu_mem_gb or 0.0)
+        if pos is not None:
+            return indices[pos]
+        if not use.free:
+            room = max((share for share, _ in cards), default=0.0)
+            raise SubmitRejected(
+                f"node {node.key} has no free GPU and no shared card with room for a share of "
+                f"{_share(job):g} (most left: {room:g})"
+            )
+        return use.free[0]
+
+    def _push(self, run: _Run) -> None:
+        run.seq = self._seq
+        self._seq += 1
+        heapq.heappush(self._heap, (run.end, run.seq, run.job.job_id))
+
+    def _reschedule(self, node: Node, card: int, now: float) -> None:
+        """Bring the training jobs on a shared card up to `now` and move their ends to their new rates."""
+        training = [self._runs[j] for j in self._use[(node.cluster, node.name)].shared[card].jobs]
+        training = [run for run in training if run.trains]
+        for run in training:
+            run.steps_left = max(0.0, run.steps_left - run.rate * (now - run.since))
+            run.since = now
+            partners = [other.job for other in training if other is not run]
+            run.rate = run.outcome.steps_per_sec * self.truth.shared_factor(run.job, node.gpu_type, partners)
+            run.end = now + run.steps_left / run.rate
+            self._push(run)
 
     def poll_events(self) -> list[JobEvent]:
         """Events since the last call, oldest first."""
         events, self._events = self._events, []
         return events
 
+    def _drop_stale(self) -> None:
+        while self._heap:
+            _, seq, job_id = self._heap[0]
+            run = self._runs.get(job_id)
+            if run is not None and run.seq == seq:
+                return
+            heapq.heappop(self._heap)
+
     def next_event_time(self) -> float | None:
         """When the next job ends, or None when nothing is running."""
+        self._drop_stale()
         return self._heap[0][0] if self._heap else None
 
     def advance(self, until: float) -> None:
         """End every job due at or before `until`, in (time, submission) order; then set the clock to it."""
-        while self._heap and self._heap[0][0] <= until:
+        while (t := self.next_event_time()) is not None and t <= until:
             end, _, job_id = heapq.heappop(self._heap)
             self.clock.advance_to(end)
             self._finish(self._runs.pop(job_id), end)
         self.clock.advance_to(until)
 
     def _finish(self, run: _Run, end: float) -> None:
-        key = (run.node.cluster, run.node.name)
-        use = self._use[key]
-        use.free = sorted(use.free + list(run.gpus))
-        del use.running[run.job.job_id]
-        self._states[key] = self._state(key)
         kind = "succeeded" if run.outcome.succeeded else "failed"
-        self._events.append(JobEvent(run.job.job_id, kind, end, run.outcome.reason))
-        self.executions.append(
-            Execution(
-                job_id=run.job.job_id,
-                cluster=run.node.cluster,
-                node=run.node.name,
-                gpus=run.gpus,
-                start=run.start,
-                end=end,
-                outcome=kind,
-                reason=run.outcome.reason,
+        job_id = run.job.job_id
+        for node, gpus in run.held:
+            key = (node.cluster, node.name)
+            use = self._use[key]
+            del use.running[job_id]
+            if run.card is None:
+                use.free = sorted(use.free + list(gpus))
+            else:
+                del use.shared[run.card].jobs[job_id]
+                if not use.shared[run.card].jobs:
+                    del use.shared[run.card]
+                    use.free = sorted([*use.free, run.card])
+            self._states[key] = self._state(key)
+            self.executions.append(
+                Execution(
+                    job_id, node.cluster, node.name, gpus, run.start, end, kind, run.outcome.reason, run.share
+                )
             )
-        )
+        self._events.append(JobEvent(job_id, kind, end, run.outcome.reason))
+        node = run.held[0][0]
+        if run.card is not None and run.card in self._use[(node.cluster, node.name)].shared:
+            self._reschedule(node, run.card, end)
 
     def running_jobs(self) -> tuple[str, ...]:
         """Ids of the jobs running now, in start order."""

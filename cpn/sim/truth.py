@@ -1,17 +1,21 @@
-"""What really happens when a job runs on simulated cards: how long it takes, or why it fails.
+"""What really happens when a job runs on simulated cards: how fast it trains, or why it fails.
 
-Durations come from measured throughput (`total_steps / steps_per_sec`), GPU memory from the
-memory model (cpn.sim.memory). Jobs that cannot run fail the way they fail on a real cluster:
+Rates come from measured throughput (cpn.sim.scaling: measured, or scaled beyond the table; spread
+gangs use the unconsolidated figures), slowed by card partners (cpn.sim.colocation); GPU memory comes
+from the memory model (cpn.sim.memory). Jobs that cannot run fail the way they fail on a real cluster:
 after LOAD_S seconds of pulling, loading data and building the model, at the first step.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cpn.inventory import Node
 from cpn.jobs import JobSpec
+from cpn.sim.colocation import ColocationTable
 from cpn.sim.memory import gpu_memory_gb
+from cpn.sim.scaling import ScaledThroughput
 from cpn.throughput import ThroughputTable
 
 LOAD_S = 60.0
@@ -23,19 +27,29 @@ OOM_REASON = "OOMKilled"
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """How one run ends: after `duration_s`, successfully or with `reason`."""
+    """How one run goes: it trains at `steps_per_sec` alone, or fails after `duration_s` with `reason`."""
 
     duration_s: float
+    """Run time alone on its cards (a shared card's partners stretch it; see SimulatedGateway)."""
     succeeded: bool
     reason: str = ""
+    steps_per_sec: float = 0.0
+    """Training rate alone on its cards; 0 for a failed run."""
 
 
 class GroundTruth:
-    """The simulator's oracle of run time and memory, from a throughput table and the memory model."""
+    """The simulator's oracle of rates and memory: throughput tables and the memory model.
 
-    def __init__(self, table: ThroughputTable, load_s: float = LOAD_S) -> None:
+    `colocation` holds the measured slowdowns of jobs sharing a card; none = every pair unmeasured.
+    """
+
+    def __init__(
+        self, table: ThroughputTable, load_s: float = LOAD_S, colocation: ColocationTable | None = None
+    ) -> None:
         self.table = table
         self.load_s = load_s
+        self.rates = ScaledThroughput(table)
+        self.colocation = colocation if colocation is not None else ColocationTable({})
 
     def memory_gb(self, job: JobSpec, num_gpus: int) -> float | None:
         """GB per card the job really uses: the larger of declared and modelled (None if neither is known).
@@ -49,24 +63,40 @@ class GroundTruth:
         ]
         return max(known) if known else None
 
-    def steps_per_sec(self, job: JobSpec, gpu_type: str, num_gpus: int) -> float | None:
-        """Measured steps/s; a batch size of 1 also matches models measured at one fixed batch (A3C)."""
-        sps = self.table.steps_per_sec(job.model, job.batch_size, gpu_type, num_gpus)
-        if sps is None and job.batch_size == 1:
-            sps = self.table.steps_per_sec(job.model, None, gpu_type, num_gpus)
-        return sps
+    def steps_per_sec(
+        self, job: JobSpec, gpu_type: str, num_gpus: int, consolidated: bool = True
+    ) -> float | None:
+        """Steps/s alone on `num_gpus` cards, measured or scaled (cpn.sim.scaling); None if unknown."""
+        return self.rates.steps_per_sec(job.model, job.batch_size, gpu_type, num_gpus, consolidated)
 
-    def outcome(self, job: JobSpec, node: Node, num_gpus: int) -> RunOutcome:
-        """How `job` ends on `num_gpus` cards of `node`: OOM first, then unmeasured or not running."""
+    def outcome(
+        self,
+        job: JobSpec,
+        gpu_type: str,
+        num_gpus: int,
+        free_memory_gb: float,
+        consolidated: bool = True,
+    ) -> RunOutcome:
+        """How `job` goes on `num_gpus` cards of `gpu_type` with `free_memory_gb` free on each.
+
+        OOM first, then no total_steps, unmeasured, or measured not to run.
+        """
         mem = self.memory_gb(job, num_gpus)
-        if mem is not None and mem > node.gpu_memory_gb:
+        if mem is not None and mem > free_memory_gb:
             return RunOutcome(self.load_s, False, OOM_REASON)
-        config = f"{job.model} batch {job.batch_size} on {num_gpus}x {node.gpu_type}"
+        config = f"{job.model} batch {job.batch_size} on {num_gpus}x {gpu_type}"
         if job.total_steps is None:
             return RunOutcome(self.load_s, False, "job has no total_steps; the simulator cannot time it")
-        sps = self.steps_per_sec(job, node.gpu_type, num_gpus)
+        sps = self.steps_per_sec(job, gpu_type, num_gpus, consolidated)
         if sps is None:
             return RunOutcome(self.load_s, False, f"no measured throughput for {config}")
         if sps <= 0:
             return RunOutcome(self.load_s, False, f"{config} was measured not to run (0 steps/s)")
-        return RunOutcome(job.total_steps / sps, True)
+        return RunOutcome(job.total_steps / sps, True, steps_per_sec=sps)
+
+    def shared_factor(self, job: JobSpec, gpu_type: str, partners: Iterable[JobSpec]) -> float:
+        """How fast `job` trains sharing a card with `partners`, relative to alone (cpn.sim.colocation)."""
+        own = self.rates.config(job.model, job.batch_size)
+        return math.prod(
+            self.colocation.factor(gpu_type, own, self.rates.config(p.model, p.batch_size)) for p in partners
+        )

@@ -23,10 +23,12 @@ from cpn.throughput import ThroughputRow, ThroughputTable
 NODES = (
     Node("east", "gpu-0", "Tesla-V100-SXM2-16GB", 4, 16, 32, "training"),
     Node("west", "gpu-0", "Tesla-P100-PCIE-16GB", 2, 16, 16, "hybrid"),
+    Node("east", "gpu-1", "Tesla-V100-SXM2-16GB", 4, 16, 32, "training"),
 )
+ALL_FREE = {"east/gpu-0": 4, "west/gpu-0": 2, "east/gpu-1": 4}
 
 
-def job(job_id: str, gpus: int = 1) -> JobSpec:
+def job(job_id: str, gpus: int = 1, **kw) -> JobSpec:
     """A job every implementation can run to success."""
     return JobSpec(
         job_id=job_id,
@@ -36,6 +38,7 @@ def job(job_id: str, gpus: int = 1) -> JobSpec:
         total_steps=600,
         image="resnet:1",
         cpu=2,
+        **kw,
     )
 
 
@@ -73,8 +76,8 @@ def free_gpus(gateway: ClusterGateway) -> dict[str, int]:
 
 
 def test_inventory_lists_every_node_with_all_cards_free(harness):
-    assert free_gpus(harness.gateway) == {"east/gpu-0": 4, "west/gpu-0": 2}
-    assert all(s.running == () and s.cpu_used == 0 for s in harness.gateway.inventory())
+    assert free_gpus(harness.gateway) == ALL_FREE
+    assert all(s.running == () and s.cpu_used == 0 and s.shared == () for s in harness.gateway.inventory())
 
 
 def test_submitted_job_is_seen_running_then_ends(harness):
@@ -91,30 +94,45 @@ def test_inventory_holds_the_cards_while_a_job_runs_and_releases_them(harness):
     gw = harness.gateway
     gw.submit(job("gang", gpus=2), Placement("gang", "west", "gpu-0", 2))
     gw.submit(job("one"), Placement("one", "east", "gpu-0", 1))
-    assert free_gpus(gw) == {"east/gpu-0": 3, "west/gpu-0": 0}
+    assert free_gpus(gw) == {**ALL_FREE, "east/gpu-0": 3, "west/gpu-0": 0}
     (west,) = [s for s in gw.inventory() if s.node.cluster == "west"]
     assert (west.running, west.cpu_used) == (("gang",), 2)
     harness.settle()
-    assert free_gpus(gw) == {"east/gpu-0": 4, "west/gpu-0": 2}
+    assert free_gpus(gw) == ALL_FREE
     assert all(s.running == () for s in gw.inventory())
     assert sorted(e.kind for e in gw.poll_events()) == ["running", "running", "succeeded", "succeeded"]
 
 
 @pytest.mark.parametrize(
-    "placement",
+    ("spec", "placement"),
     [
-        Placement("big", "west", "gpu-0", 3),
-        Placement("big", "east", "no-such-node", 1),
-        Placement("big", "nowhere", "gpu-0", 1),
+        (job("big", gpus=3), Placement("big", "west", "gpu-0", 3)),
+        (job("big"), Placement("big", "east", "no-such-node", 1)),
+        (job("big"), Placement("big", "nowhere", "gpu-0", 1)),
+        (job("big", gpus=4), Placement("big", "east", "gpu-0", 2)),
+        (job("big", gpus=4), Placement("big", "east", "gpu-0", 2, (("gpu-0", 2),))),
+        (job("big", gpus=4), Placement("big", "east", "gpu-0", 2, (("no-such-node", 2),))),
+        (
+            JobSpec("serve", model="ResNet-18", kind="inference", total_steps=1),
+            Placement("serve", "east", "gpu-0", 1),
+        ),
     ],
-    ids=["too-many-gpus", "unknown-node", "unknown-cluster"],
+    ids=[
+        "too-many-gpus",
+        "unknown-node",
+        "unknown-cluster",
+        "fewer-cards-than-the-job",
+        "node-twice",
+        "unknown-gang-node",
+        "pool-the-job-may-not-use",
+    ],
 )
-def test_submit_beyond_capacity_is_rejected_and_changes_nothing(harness, placement):
+def test_submit_the_cluster_cannot_run_is_rejected_and_changes_nothing(harness, spec, placement):
     gw = harness.gateway
     with pytest.raises(SubmitRejected):
-        gw.submit(job("big", gpus=placement.num_gpus), placement)
+        gw.submit(spec, placement)
     assert gw.poll_events() == []
-    assert free_gpus(gw) == {"east/gpu-0": 4, "west/gpu-0": 2}
+    assert free_gpus(gw) == ALL_FREE
 
 
 def test_cards_held_by_running_jobs_are_not_handed_out_twice(harness):
@@ -124,3 +142,26 @@ def test_cards_held_by_running_jobs_are_not_handed_out_twice(harness):
         gw.submit(job("b"), Placement("b", "west", "gpu-0", 1))
     harness.settle()
     gw.submit(job("b"), Placement("b", "west", "gpu-0", 1))
+
+
+def test_a_gang_holds_cards_on_all_its_nodes_at_once_and_releases_them_together(harness):
+    gw = harness.gateway
+    gw.submit(job("gang", gpus=8), Placement("gang", "east", "gpu-0", 4, (("gpu-1", 4),)))
+    assert free_gpus(gw) == {**ALL_FREE, "east/gpu-0": 0, "east/gpu-1": 0}
+    assert [s.running for s in gw.inventory() if s.node.cluster == "east"] == [("gang",), ("gang",)]
+    assert [(e.job_id, e.kind) for e in gw.poll_events()] == [("gang", "running")]
+    harness.settle()
+    assert free_gpus(gw) == ALL_FREE
+    assert [(e.job_id, e.kind) for e in gw.poll_events()] == [("gang", "succeeded")]
+
+
+def test_jobs_that_ask_to_share_share_one_card(harness):
+    gw = harness.gateway
+    for name in ("a", "b"):
+        gw.submit(job(name, gpu_share=0.5), Placement(name, "west", "gpu-0", 1))
+    (west,) = [s for s in gw.inventory() if s.node.cluster == "west"]
+    assert (west.free_gpus, [c.free_share for c in west.shared], west.running) == (1, [0.0], ("a", "b"))
+    with pytest.raises(SubmitRejected):
+        gw.submit(job("whole", gpus=2), Placement("whole", "west", "gpu-0", 2))
+    harness.settle()
+    assert free_gpus(gw) == ALL_FREE

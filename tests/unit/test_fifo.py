@@ -79,9 +79,11 @@ def test_no_card_is_double_booked_within_one_decision():
     assert_feasible(s, decision)
 
 
-def test_pools_follow_the_job_kind():
+def test_pools_follow_the_job_kind_and_prefer_the_own_pool_over_hybrid():
     s = snap([job("train"), job("serve", kind="inference")], [state(INFER), state(HYBRID), state(K80)])
-    assert placed(AWARE.decide(s)) == {"train": "hyb-0", "serve": "inf-0"}
+    assert placed(AWARE.decide(s)) == {"train": "k80-0", "serve": "inf-0"}
+    training_full = snap([job("train")], [state(INFER), state(HYBRID), state(K80, free=0)])
+    assert placed(AWARE.decide(training_full)) == {"train": "hyb-0"}
     only_training = snap([job("serve", kind="inference")], [state(K80)])
     (rejection,) = AWARE.decide(only_training).rejections
     assert "no node in a pool for inference jobs" in rejection.reason
@@ -122,7 +124,7 @@ def test_aware_fifo_waits_when_only_the_big_cards_are_busy():
 @pytest.mark.parametrize(
     ("impossible", "reason"),
     [
-        (job("huge", 16), "needs 16 GPUs on one node"),
+        (job("huge", 16), "needs 16 GPUs; no cluster has that many eligible GPUs of one type"),
         (job("cpu", cpu=40), "needs 40 CPU cores"),
     ],
 )
@@ -132,6 +134,13 @@ def test_a_job_no_node_could_ever_take_is_rejected_and_does_not_block(impossible
     assert [r.job_id for r in decision.rejections] == [impossible.job_id]
     assert reason in decision.rejections[0].reason
     assert placed(decision) == {"next": "v100-0"}
+
+
+def test_a_head_too_big_for_every_card_is_rejected_even_while_other_cards_are_busy():
+    s = snap([job("giant", gpu_mem_gb=40.0), job("next")], [state(K80), state(V100, free=0)])
+    decision = AWARE.decide(s)
+    assert [r.job_id for r in decision.rejections] == ["giant"]
+    assert placed(decision) == {"next": "k80-0"}
 
 
 def test_memory_too_big_for_every_card_is_rejected_only_by_the_aware_flavour():

@@ -1,0 +1,370 @@
+"""Where a job can start now, for every policy: pools, taints, memory, CPU, free cards, gangs, sharing.
+
+Every policy asks a `Capacity` what is feasible and differs only in the order it considers jobs and
+which feasible option it takes. Beyond the cluster rules (cpn.policies.rules: pools and taints, gangs,
+shared cards), a placement keeps to:
+
+- the seed's soft affinity (weight 100 on the job's own pool): options in the job's own pool come
+  before hybrid ones, then inventory order;
+- memory (memory-aware policies only): the job's GB per card, the larger of declared and estimated,
+  fits the card, or what is left of a shared card;
+- the CPU threshold: after placement the node's CPU in use stays within `snapshot.cpu_threshold` of
+  its cores;
+- one node when it can: a gang runs on one node when some node it may use in the group (one cluster,
+  GPU type and pool) has that many cards, taking the node with the fewest free cards that suffice
+  (best fit, which keeps whole nodes free for wide jobs); a job wider than every such node spans
+  several nodes of the group, those with the most free cards first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from cpn.inventory import Node
+from cpn.jobs import JobKind, JobSpec
+from cpn.policies.base import Estimate, Placement, Snapshot
+from cpn.policies.rules import (
+    POOLS_FOR_KIND,
+    SHARE_EPS,
+    gang_cpu,
+    is_sharing,
+    pick_shared_card,
+    untolerated_taint,
+)
+
+
+def job_memory_gb(
+    job: JobSpec, estimates: Mapping[str, Mapping[str, Estimate]], gpu_type: str
+) -> float | None:
+    """GB per card the job needs on `gpu_type`: the larger of declared and estimated; None if neither."""
+    estimate = estimates.get(job.job_id, {}).get(gpu_type)
+    known = [m for m in (job.gpu_mem_gb, estimate.gpu_mem_gb if estimate else None) if m is not None]
+    return max(known) if known else None
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One node's capacity, updated as a decision places jobs on it."""
+
+    node: Node
+    free: int
+    cpu_used: float
+    cpu_cap: float
+    shared: list[tuple[float, float]]
+    """(free share, free GB) of each shared card."""
+
+    def cpu_fits(self, cores: float) -> bool:
+        return self.cpu_used + cores <= self.cpu_cap
+
+
+@dataclass(eq=False)
+class _Group:
+    """The nodes of one cluster, GPU type and pool, in inventory order: where one gang may go."""
+
+    cluster: str
+    gpu_type: str
+    usage: str
+    slots: list[_Slot]
+    admits: dict[JobKind, tuple[_Slot, ...]] = field(default_factory=dict)
+    """Slots each job kind may use (pool and taints)."""
+    sizes: dict[JobKind, tuple[int, int, float]] = field(default_factory=dict)
+    """Per job kind, over the slots it may use: most cards on a node, cards in all, largest CPU cap."""
+    free: int = 0
+    """Free cards over the group."""
+    max_free: int = 0
+    """Most free cards on one node of the group."""
+    shared_room: bool = False
+    """Some shared card of the group has share left."""
+    _eligible: dict[tuple[JobKind, float | None], tuple[_Slot, ...]] = field(default_factory=dict)
+
+    def recount(self) -> None:
+        self.free = sum(s.free for s in self.slots)
+        self.max_free = max((s.free for s in self.slots), default=0)
+        self.shared_room = any(share > SHARE_EPS for s in self.slots for share, _ in s.shared)
+
+    def has_cards(self, kind: JobKind, n: int) -> bool:
+        """Whether enough cards are free now for a job of `kind` and `n` cards, counting cards only:
+        on one node when a node it may use is that wide, else over the group."""
+        return n <= (self.max_free if n <= self.sizes[kind][0] else self.free)
+
+    def might_take(self, job: JobSpec) -> bool:
+        """Whether the group could take `job` when empty, as far as its size and CPU tell (memory unknown)."""
+        widest, total, cpu_cap = self.sizes[job.kind]
+        n = 1 if is_sharing(job) else job.num_gpus
+        return n <= total and (job.cpu if n <= widest else gang_cpu(job, widest)) <= cpu_cap
+
+    def eligible(self, kind: JobKind, mem: float | None) -> tuple[_Slot, ...]:
+        """Slots a job of `kind` needing `mem` GB per card may use (None = memory not checked)."""
+        key = (kind, mem)
+        if key not in self._eligible:
+            self._eligible[key] = tuple(
+                s for s in self.admits[kind] if mem is None or mem <= s.node.gpu_memory_gb
+            )
+        return self._eligible[key]
+
+
+@dataclass(frozen=True, eq=False)
+class Option:
+    """One way to start a job now."""
+
+    placement: Placement
+    gpu_type: str
+    _group: _Group
+    _plan: tuple[tuple[_Slot, int], ...]
+    """Slots and the cards taken on each."""
+    _card: int | None = None
+    """Shared card joined (position in the slot's list); None = whole cards."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Where a job can start now, and, when nowhere, whether it never can."""
+
+    options: tuple[Option, ...]
+    """Own pool first, then in inventory order."""
+    never: str | None = None
+    """Why no placement could ever satisfy the job; None when some could (or it was not worth asking)."""
+
+
+class Capacity:
+    """A working copy of what a snapshot has free, for one decision: ask `fit`, then `take` an option.
+
+    `memory_aware=False` ignores GPU memory altogether (the seed's naive baseline).
+    """
+
+    def __init__(self, snapshot: Snapshot, memory_aware: bool = True) -> None:
+        self.snapshot = snapshot
+        self.memory_aware = memory_aware
+        groups: dict[tuple[str, str, str], _Group] = {}
+        for state in snapshot.nodes:
+            node = state.node
+            slot = _Slot(
+                node=node,
+                free=state.free_gpus,
+                cpu_used=state.cpu_used,
+                cpu_cap=snapshot.cpu_threshold * node.cpu_cores,
+                shared=[(c.free_share, c.free_memory_gb) for c in state.shared],
+            )
+            key = (node.cluster, node.gpu_type, node.usage)
+            if key not in groups:
+                groups[key] = _Group(node.cluster, node.gpu_type, node.usage, [])
+            groups[key].slots.append(slot)
+        self._groups = list(groups.values())
+        for group in self._groups:
+            group.recount()
+            for kind in POOLS_FOR_KIND:
+                admitted = tuple(
+                    s
+                    for s in group.slots
+                    if s.node.usage in POOLS_FOR_KIND[kind] and untolerated_taint(s.node, kind) is None
+                )
+                group.admits[kind] = admitted
+                group.sizes[kind] = (
+                    max((s.node.gpu_count for s in admitted), default=0),
+                    sum(s.node.gpu_count for s in admitted),
+                    max((s.cpu_cap for s in admitted), default=0.0),
+                )
+        self._by_kind = {
+            kind: [g for g in self._groups if g.usage == kind and g.admits[kind]]
+            + [g for g in self._groups if g.usage != kind and g.admits[kind]]
+            for kind in POOLS_FOR_KIND
+        }
+        self._might: dict[tuple[JobKind, int, float], bool] = {}
+        """(kind, cards, CPU) -> whether some group might take such a job once empty."""
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Recount what each job kind could use now (after construction and every take)."""
+        self._has_cards: dict[tuple[JobKind, int], bool] = {}
+        """(kind, cards) -> whether some group has that many cards free for such a job (has_cards)."""
+        self._shared_room = {
+            kind: any(g.shared_room for g in groups) for kind, groups in self._by_kind.items()
+        }
+        self.exhausted = not any(g.free or g.shared_room for g in self._groups)
+        """Nothing left to place anything on: no free card and no shared card with room."""
+
+    def worth_trying(self, job: JobSpec) -> bool:
+        """False when `job` surely cannot start now but might once nodes empty: a cheap first test.
+
+        No group it may use has as many free cards (or, sharing, a free card or shared room), while some
+        group might take it when empty. A job no group could ever take stays worth trying, so that
+        `fit` can say why.
+        """
+        key = (job.kind, job.num_gpus)
+        has_cards = self._has_cards.get(key)
+        if has_cards is None:
+            has_cards = self._has_cards[key] = any(
+                g.has_cards(job.kind, job.num_gpus) for g in self._by_kind[job.kind]
+            )
+        if has_cards:
+            return True
+        if job.num_gpus == 1 and job.gpu_share is not None and self._shared_room[job.kind]:
+            return True
+        static = (job.kind, job.num_gpus, job.cpu)
+        might = self._might.get(static)
+        if might is None:
+            might = self._might[static] = any(g.might_take(job) for g in self._by_kind[job.kind])
+        return not might
+
+    def hopeless(self, shapes: tuple[JobSpec, ...] | None) -> bool:
+        """True when nothing is free, or when no job of the waiting shapes (Snapshot.shapes) is worth
+        trying: the rest of the queue need not be scanned this round."""
+        if self.exhausted:
+            return True
+        return shapes is not None and not any(self.worth_trying(job) for job in shapes)
+
+    def _memory(self, job: JobSpec, gpu_type: str) -> float | None:
+        return job_memory_gb(job, self.snapshot.estimates, gpu_type) if self.memory_aware else None
+
+    def fit(self, job: JobSpec, gpu_types: Collection[str] | None = None) -> Fit:
+        """Every group where `job` can start now; if none, whether it never can.
+
+        `gpu_types` limits the GPU types considered (None = all). Free cards are counted before
+        anything else, so a job turned away for want of free cards costs little. Whether it could
+        ever run is asked only when no group that turned it away for now (too few free cards, cards
+        free on too many nodes, CPU in use) might take it once empty, by its size and CPU; memory is
+        not looked up for full groups, so a job that only memory keeps off every node is rejected in
+        a round where the groups it might use have cards free.
+        """
+        sharing = is_sharing(job)
+        n = job.num_gpus
+        options: list[Option] = []
+        short = False
+        for group in self._by_kind[job.kind]:
+            if gpu_types is not None and group.gpu_type not in gpu_types:
+                continue
+            if not group.has_cards(job.kind, n) and not (sharing and group.shared_room):
+                short = short or group.might_take(job)
+                continue
+            slots = group.eligible(job.kind, self._memory(job, group.gpu_type))
+            if not slots:
+                continue
+            if sharing:
+                option = self._shared_option(job, group, slots)
+            elif n <= group.sizes[job.kind][0]:
+                option = self._node_option(job, group, slots)
+            else:
+                option = self._gang_option(job, group, slots)
+            if option is not None:
+                options.append(option)
+            else:
+                short = short or group.might_take(job)
+        if options:
+            return Fit(tuple(options))
+        return Fit((), None if short else self.why_never(job, gpu_types))
+
+    def _option(self, job: JobSpec, group: _Group, plan: list[tuple[_Slot, int]], card: int | None = None):
+        (first, cards), *rest = plan
+        placement = Placement(
+            job.job_id, group.cluster, first.node.name, cards, tuple((s.node.name, n) for s, n in rest)
+        )
+        return Option(placement, group.gpu_type, group, tuple(plan), card)
+
+    def _node_option(self, job: JobSpec, group: _Group, slots: tuple[_Slot, ...]) -> Option | None:
+        """Best fit: the node with the fewest free cards that suffice (first such in inventory order)."""
+        best = None
+        for s in slots:
+            if job.num_gpus <= s.free and s.cpu_fits(job.cpu) and (best is None or s.free < best.free):
+                best = s
+        return None if best is None else self._option(job, group, [(best, job.num_gpus)])
+
+    def _gang_option(self, job: JobSpec, group: _Group, slots: tuple[_Slot, ...]) -> Option | None:
+        """Nodes with the most free cards first, until the gang has all its cards."""
+        plan, need = [], job.num_gpus
+        for s in sorted(slots, key=lambda s: -s.free):
+            take = min(s.free, need)
+            if take and s.cpu_fits(gang_cpu(job, take)):
+                plan.append((s, take))
+                need -= take
+                if need == 0:
+                    return self._option(job, group, plan)
+        return None
+
+    def _shared_option(self, job: JobSpec, group: _Group, slots: tuple[_Slot, ...]) -> Option | None:
+        """The node whose shared card bin packing fills most; else a free card, as `_node_option` picks."""
+        mem = self._memory(job, group.gpu_type)
+        share, declared = job.gpu_share or 1.0, job.gpu_mem_gb or 0.0
+        best, best_key = None, None
+        for s in slots:
+            pos = pick_shared_card(s.shared, share, declared)
+            if pos is None or not s.cpu_fits(job.cpu):
+                continue
+            free_share, free_gb = s.shared[pos]
+            if (mem is None or mem <= free_gb) and (best_key is None or (free_share, -free_gb) < best_key):
+                best, best_key = (s, pos), (free_share, -free_gb)
+        if best is not None:
+            return self._option(job, group, [(best[0], 1)], best[1])
+        return self._node_option(job, group, slots)
+
+    def take(self, option: Option, job: JobSpec) -> Placement:
+        """Book `option` for `job` in this working copy and return its placement."""
+        held_gb = job_memory_gb(job, self.snapshot.estimates, option.gpu_type) or 0.0
+        share = job.gpu_share or 1.0
+        for slot, cards in option._plan:
+            slot.cpu_used += gang_cpu(job, cards)
+            if option._card is not None:
+                free_share, free_gb = slot.shared[option._card]
+                slot.shared[option._card] = (free_share - share, free_gb - held_gb)
+                continue
+            slot.free -= cards
+            if is_sharing(job):
+                slot.shared.append((1.0 - share, slot.node.gpu_memory_gb - held_gb))
+        option._group.recount()
+        self._refresh()
+        return option.placement
+
+    def why_never(self, job: JobSpec, gpu_types: Collection[str] | None = None) -> str | None:
+        """Why no placement could ever satisfy `job`, even on empty nodes; None if one could.
+
+        `gpu_types` are the GPU types the policy would use for it (None = all).
+        """
+        pools = POOLS_FOR_KIND[job.kind]
+        pooled = [s for g in self._groups if g.usage in pools for s in g.slots]
+        if not pooled:
+            return f"no node in a pool for {job.kind} jobs ({', '.join(sorted(pools))})"
+        groups = self._by_kind[job.kind]
+        if not groups:
+            taint = untolerated_taint(pooled[0].node, job.kind)
+            return (
+                f"every node in a pool for {job.kind} jobs has a taint they do not tolerate "
+                f"(such as {taint.key}={taint.value}:{taint.effect})"
+            )
+        if gpu_types is not None:
+            groups = [g for g in groups if g.gpu_type in gpu_types]
+            if not groups:
+                return "no estimate for any GPU type it may use"
+        eligible = [
+            (slots, g.sizes[job.kind][0])
+            for g in groups
+            if (slots := g.eligible(job.kind, self._memory(job, g.gpu_type)))
+        ]
+        if not eligible:
+            return "needs more GPU memory per card than any eligible node's GPUs have"
+        n = 1 if is_sharing(job) else job.num_gpus
+        if not any(sum(s.node.gpu_count for s in slots) >= n for slots, _ in eligible):
+            return f"needs {n} GPUs; no cluster has that many eligible GPUs of one type in one pool"
+        for slots, widest in eligible:
+            if widest >= n:
+                if any(s.node.gpu_count >= n and job.cpu <= s.cpu_cap for s in slots):
+                    return None
+            elif sum(s.node.gpu_count for s in slots if gang_cpu(job, s.node.gpu_count) <= s.cpu_cap) >= n:
+                return None
+        return f"needs {job.cpu:g} CPU cores; no eligible node allows that under the CPU threshold"
+
+
+NO_ESTIMATE = "no runtime estimate for any GPU type"
+"""Rejection reason of a job that estimate-driven policies cannot rank or place."""
+
+
+def usable_runtimes(snapshot: Snapshot, job: JobSpec) -> dict[str, float]:
+    """GPU type -> estimated runtime (s) of `job`, for the types it has a finite estimate for.
+
+    Policies that rank by estimates treat a type without one as unusable for the job.
+    """
+    return {
+        gpu: e.runtime_s
+        for gpu, e in snapshot.estimates.get(job.job_id, {}).items()
+        if e.runtime_s < math.inf
+    }

@@ -1,0 +1,87 @@
+"""Cluster rules every placement keeps: policies plan with them, the simulated clusters enforce them.
+
+- Pools and taints, as the seed's label scheme says: a job may use nodes of its own pool or of the
+  hybrid pool (`<domain>/node.usage`). It tolerates those pools' usage taints and the
+  `<vendor>/<card>.product` taint carrying the product of the node it is placed on (the scheduler adds
+  that toleration at submit, for the card it chose), and nothing else: a node with any other NoSchedule
+  or NoExecute taint (`<domain>/control-plane`, ...) takes no job. PreferNoSchedule taints only prefer.
+- Gangs: a job takes all its cards at once; a gang spread over nodes asks each node for the job's CPU in
+  proportion to the cards it takes there.
+- Sharing: a one-card job with a `gpu_share` f shares a card with other sharing jobs while their shares
+  sum to at most 1 (HAMi/MPS style); `pick_shared_card` says which card. Other jobs hold cards whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from config.settings import Taint
+from cpn.inventory import Node
+from cpn.jobs import JobKind, JobSpec
+
+POOLS_FOR_KIND: dict[JobKind, frozenset[str]] = {
+    "training": frozenset({"training", "hybrid"}),
+    "inference": frozenset({"inference", "hybrid"}),
+}
+"""Node pools (`<domain>/node.usage`) each job kind may use and tolerates, as in the seed's scheme."""
+
+USAGE_TAINT_SUFFIX = "/node.usage"
+"""Key suffix of the pool taint (`<company domain>/node.usage`)."""
+
+PRODUCT_TAINT_SUFFIX = ".product"
+"""Key suffix of the card taint (`<vendor domain>/<card>.product`, e.g. `nvidia.com/gpu.product`)."""
+
+SHARE_EPS = 1e-9
+"""Slack when adding card shares, so that 0.1 + 0.2 + 0.7 still fits on one card."""
+
+
+def untolerated_taint(node: Node, kind: JobKind) -> Taint | None:
+    """The first taint of `node` that keeps jobs of `kind` off it, or None."""
+    for taint in node.taints:
+        if taint.effect == "PreferNoSchedule":
+            continue
+        if taint.key.endswith(USAGE_TAINT_SUFFIX) and taint.value in POOLS_FOR_KIND[kind]:
+            continue
+        if taint.key.endswith(PRODUCT_TAINT_SUFFIX) and taint.value == node.gpu_product:
+            continue
+        return taint
+    return None
+
+
+def admission_problem(node: Node, kind: JobKind) -> str | None:
+    """Why jobs of `kind` may not run on `node` (pool or taint), or None if they may."""
+    pools = POOLS_FOR_KIND[kind]
+    if node.usage not in pools:
+        return f"node {node.key} is in the {node.usage} pool; {kind} jobs use {', '.join(sorted(pools))}"
+    taint = untolerated_taint(node, kind)
+    if taint is not None:
+        return (
+            f"node {node.key} has taint {taint.key}={taint.value}:{taint.effect}, "
+            f"which {kind} jobs do not tolerate"
+        )
+    return None
+
+
+def is_sharing(job: JobSpec) -> bool:
+    """Whether `job` shares a card: one card and a gpu_share (a wider job with a share holds whole cards)."""
+    return job.gpu_share is not None and job.num_gpus == 1
+
+
+def gang_cpu(job: JobSpec, cards: int) -> float:
+    """CPU cores the job asks of a node where it takes `cards` of its cards."""
+    return job.cpu * cards / job.num_gpus
+
+
+def pick_shared_card(cards: Sequence[tuple[float, float]], share: float, declared_gb: float) -> int | None:
+    """Position in `cards` ((free share, free GB) each) of the card a sharing job joins, or None.
+
+    Bin packing, as a HAMi-style device plugin would: among cards with room for the share and the
+    job's declared memory, the one with the least free share, then the most free memory, then the first.
+    """
+    best, best_key = None, None
+    for pos, (free_share, free_gb) in enumerate(cards):
+        if share <= free_share + SHARE_EPS and declared_gb <= free_gb:
+            key = (free_share, -free_gb)
+            if best_key is None or key < best_key:
+                best, best_key = pos, key
+    return best

@@ -1,0 +1,58 @@
+"""GPU product names: the alias table, the fallback rule, and config aliases on top."""
+
+from __future__ import annotations
+
+import pytest
+
+from cpn.gpus import GPU_ALIASES, canonical_gpu
+from cpn.inventory import Node
+from cpn.throughput import ThroughputTable
+
+
+@pytest.mark.parametrize(
+    ("spelling", "key"),
+    [
+        ("Tesla-V100-SXM2-16GB", "v100"),  # node label (nvidia.com/gpu.product)
+        ("Tesla V100-SXM2-16GB", "v100"),  # dcgm-exporter's modelName
+        ("v100", "v100"),  # throughput table
+        ("V100", "v100"),  # devices.csv
+        ("Tesla-K80", "k80"),
+        ("Tesla-P100-PCIE-16GB", "p100"),
+        ("NVIDIA-H20", "h20"),  # the seed's example
+        ("NVIDIA-GeForce-RTX-2080-Ti", "rtx2080ti"),  # the rule alone would say rtx-2080-ti
+        ("GeForce RTX 2080 Ti", "rtx2080ti"),
+        ("RTX2080Ti", "rtx2080ti"),  # devices.csv
+        ("NVIDIA-A100-SXM4-80GB", "a100"),  # not in the table: the vendor/suffix rule
+        ("NVIDIA-H100-80GB-HBM3", "h100"),
+    ],
+)
+def test_every_spelling_of_a_card_names_the_same_key(spelling, key):
+    assert canonical_gpu(spelling) == key
+
+
+def test_a_node_label_and_the_throughput_table_name_the_same_card():
+    node = Node("c", "n", "Tesla-V100-SXM2-16GB", 8, 16, 32, "training")
+    table = ThroughputTable.load()
+    assert node.gpu_type in table.gpu_types()
+    assert table.steps_per_sec("ResNet-18", 32, node.gpu_product, 1) == table.steps_per_sec(
+        "ResNet-18", 32, "v100", 1
+    )
+
+
+def test_every_built_in_alias_is_already_canonical_and_maps_to_itself():
+    for spelled, key in GPU_ALIASES.items():
+        assert canonical_gpu(spelled) == key
+        assert canonical_gpu(key) == key
+
+
+def test_config_aliases_extend_and_override_the_table_whatever_the_separators():
+    aliases = {"NVIDIA A100 SXM4 80GB": "a100-80gb", "Tesla-V100-SXM2-16GB": "v100-sxm2"}
+    assert canonical_gpu("NVIDIA-A100-SXM4-80GB", aliases) == "a100-80gb"
+    assert canonical_gpu("nvidia_a100_sxm4_80gb", aliases) == "a100-80gb"
+    assert canonical_gpu("NVIDIA-A100-SXM4-40GB", aliases) == "a100"
+    assert canonical_gpu("Tesla V100-SXM2-16GB", aliases) == "v100-sxm2"
+
+
+def test_an_empty_product_name_is_an_error():
+    with pytest.raises(ValueError, match="empty"):
+        canonical_gpu("  ")
