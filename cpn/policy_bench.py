@@ -180,16 +180,18 @@ def bench_policies(
     cpu_threshold: float = 0.7,
     progress: Callable[[str], None] = print,
     estimator: EstimateSource | None = None,
+    limit: int | None = None,
 ) -> BenchResult:
     """Replay one trace under each policy; figures, lower bound and peer figures in one result.
 
-    `estimator` (for example the trained predictor) replaces the one `estimates` names.
+    `estimator` (for example the trained predictor) replaces the one `estimates` names;
+    `limit` keeps only the first jobs by arrival (a cut of a long trace).
     """
     for name in policies:
         make_policy(name)
     clusters = load_model(clusters_path, ClustersConfig)
     table = ThroughputTable.load(throughputs_path)
-    jobs = load_jobs(trace_path)
+    jobs = load_jobs(trace_path)[:limit]
     nodes = nodes_from_config(clusters)
     oracle = OracleEstimates(table)
     result = BenchResult(

@@ -42,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="fifo-naive,fifo,sjf,greedy",
         help=f"comma-separated, from: {', '.join(POLICIES)}",
     )
+    p.add_argument("--limit", type=int, help="replay only the first N jobs by arrival (a cut)")
     p.add_argument("--seed", type=int, default=0, help="seed for noisy estimates (default: %(default)s)")
     p.add_argument(
         "--estimates",
@@ -87,6 +88,7 @@ def run_policies(args: argparse.Namespace) -> int:
             cpu_threshold=args.cpu_threshold,
             progress=lambda msg: print(msg, file=sys.stderr, flush=True),
             estimator=estimator,
+            limit=args.limit,
         )
     except (ConfigError, ThroughputFormatError, TraceFormatError, ValueError, FileNotFoundError) as exc:
         print(f"cpn bench policies: {exc}", file=sys.stderr)
