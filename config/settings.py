@@ -81,6 +81,11 @@ class ClustersConfig(_Strict):
         "maip.mxsf.io", description="Company domain prefix of the node.usage label and taint."
     )
     clusters: tuple[Cluster, ...] = Field(min_length=1)
+    gpu_aliases: dict[str, str] = Field(
+        default_factory=dict,
+        description="GPU product spelling -> canonical key, extending cpn.gpus.GPU_ALIASES (e.g. to tell "
+        "NVIDIA-A100-SXM4-80GB from the 40 GB card: {NVIDIA-A100-SXM4-80GB: a100-80gb}).",
+    )
     wan_gbps: dict[str, dict[str, Annotated[float, Field(gt=0)]]] = Field(
         default_factory=dict,
         description="WAN bandwidth in Gbit/s from cluster to cluster; symmetric if only one "

@@ -27,11 +27,13 @@ class Node:
     """Node pool: training, inference or hybrid."""
     labels: tuple[tuple[str, str], ...] = ()
     taints: tuple[Taint, ...] = ()
+    gpu_key: str = ""
+    """Canonical GPU key when a config alias names it; empty = derive it from `gpu_product`."""
 
     @property
     def gpu_type(self) -> str:
         """Canonical GPU key (see cpn.gpus)."""
-        return canonical_gpu(self.gpu_product)
+        return self.gpu_key or canonical_gpu(self.gpu_product)
 
     @property
     def key(self) -> str:
@@ -101,6 +103,7 @@ def nodes_from_config(config: ClustersConfig) -> tuple[Node, ...]:
                         usage=group.usage,
                         labels=tuple(sorted(labels.items())),
                         taints=taints,
+                        gpu_key=canonical_gpu(group.gpu_product, config.gpu_aliases),
                     )
                 )
     return tuple(nodes)

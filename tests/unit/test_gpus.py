@@ -56,3 +56,25 @@ def test_config_aliases_extend_and_override_the_table_whatever_the_separators():
 def test_an_empty_product_name_is_an_error():
     with pytest.raises(ValueError, match="empty"):
         canonical_gpu("  ")
+
+
+def test_config_aliases_reach_the_nodes_gpu_type():
+    from config.settings import ClustersConfig
+    from cpn.inventory import nodes_from_config
+
+    group = {
+        "name": "g",
+        "gpu_product": "NVIDIA-A100-SXM4-80GB",
+        "gpus_per_node": 8,
+        "gpu_memory_gb": 80,
+        "cpu_cores": 64,
+    }
+    plain = ClustersConfig.model_validate({"clusters": [{"name": "c", "node_groups": [group]}]})
+    aliased = ClustersConfig.model_validate(
+        {
+            "clusters": [{"name": "c", "node_groups": [group]}],
+            "gpu_aliases": {"NVIDIA-A100-SXM4-80GB": "a100-80gb"},
+        }
+    )
+    assert nodes_from_config(plain)[0].gpu_type == "a100"
+    assert nodes_from_config(aliased)[0].gpu_type == "a100-80gb"
