@@ -8,11 +8,12 @@ from prefect import flow, get_run_logger
 
 from config.settings import DEMO_DIR
 from cpn.bootstrap import build_simulation
-from cpn.estimates import OracleEstimates
 from cpn.report import format_summary
 from cpn.throughput import GAVEL_ISOLATED, ThroughputTable
+from models.registry import DEFAULT_TRACKING_URI
 from tasks.config import load_settings
 from tasks.intake import accept_manifests, generate_manifests
+from tasks.predictor import estimate_source
 from tasks.report import write_report
 from tasks.simulate import schedule_until_drained
 
@@ -24,10 +25,13 @@ def demo(
     policy: str | None = None,
     jobs: int | None = None,
     seed: int | None = None,
+    estimates: str = "oracle",
+    tracking_uri: str = DEFAULT_TRACKING_URI,
 ) -> dict:
     """Run the whole pipeline on the simulated clusters of `config_dir` and write a report to `out`.
 
-    `policy`, `jobs` and `seed` override the profile's policy.yaml and demo.yaml.
+    `policy`, `jobs` and `seed` override the profile's policy.yaml and demo.yaml. `estimates` is what
+    the policy believes about runtimes: `oracle`, `predictor` or `champion` (tasks.predictor).
     """
     logger = get_run_logger()
     profile = load_settings(config_dir)
@@ -50,13 +54,13 @@ def demo(
         policy_name,
         table,
         cpu_threshold=profile.policy.cpu_threshold,
-        estimator=OracleEstimates(table),
+        estimator=estimate_source(estimates, table, tracking_uri),
     )
     result = schedule_until_drained(sim, accepted)
     if result.stuck:
         logger.warning("%d jobs could never be placed: %s", len(result.stuck), ", ".join(result.stuck[:5]))
 
-    title = f"cpn demo: {len(accepted)} jobs, policy {policy_name}, seed {run_seed}"
+    title = f"cpn demo: {len(accepted)} jobs, policy {policy_name}, {estimates} estimates, seed {run_seed}"
     summary = write_report(sim, str(out_dir), title)
     print(format_summary(summary, title=title))
     print(f"wrote {out_dir / 'summary.json'}, {out_dir / 'gantt.png'} and the job store {store_path}")

@@ -5,12 +5,16 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from cpn.estimates import OracleEstimates
 from cpn.feedback import CompletedRun, completed_runs
 from cpn.inventory import Node
+from cpn.scheduler import EstimateSource
 from cpn.store import JobStore
 from cpn.throughput import ThroughputTable
 from models.benchmarks import BenchmarkCatalog
-from models.registry import RunResult
+from models.features import training_rows
+from models.predictor import fit_predictor
+from models.registry import RunResult, load_champion
 from models.retrain import observations_from_runs, retrain
 
 
@@ -32,3 +36,16 @@ def retrain_predictor(
         BenchmarkCatalog.load(benchmarks),
         tracking_uri=tracking_uri,
     )
+
+
+@task(cache_policy=NO_CACHE)
+def estimate_source(kind: str, table: ThroughputTable, tracking_uri: str) -> EstimateSource:
+    """What the policy believes about runtimes: `oracle` (the simulator's truth), `predictor` (a random
+    forest trained now on the table, no MLflow), or `champion` (the registered champion, loaded by alias)."""
+    if kind == "oracle":
+        return OracleEstimates(table)
+    if kind == "predictor":
+        return fit_predictor(training_rows(table), BenchmarkCatalog.load())
+    if kind == "champion":
+        return load_champion(tracking_uri)
+    raise ValueError(f"estimates {kind!r}: use oracle, predictor or champion")

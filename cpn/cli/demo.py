@@ -27,6 +27,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", help="scheduling policy, e.g. fifo or fifo-naive (default: the profile's)")
     p.add_argument("--jobs", type=int, help="number of generated jobs (default: the profile's)")
     p.add_argument("--seed", type=int, help="seed of the generated queue (default: the profile's)")
+    p.add_argument(
+        "--estimates",
+        choices=("oracle", "predictor", "champion"),
+        default="oracle",
+        help="runtimes the policy sees: the simulator's truth, a random forest trained now on the "
+        "throughput table, or the MLflow champion (`cpn predictor train` first) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tracking-uri", default="sqlite:///mlflow.db", help="MLflow store for --estimates champion"
+    )
     p.set_defaults(func=run)
 
 
@@ -37,7 +47,15 @@ def run(args: argparse.Namespace) -> int:
     from flows.demo import demo
 
     try:
-        demo(config_dir=args.config, out=args.out, policy=args.policy, jobs=args.jobs, seed=args.seed)
+        demo(
+            config_dir=args.config,
+            out=args.out,
+            policy=args.policy,
+            jobs=args.jobs,
+            seed=args.seed,
+            estimates=args.estimates,
+            tracking_uri=args.tracking_uri,
+        )
     except ConfigError as exc:
         print(f"cpn demo: invalid config: {exc}")
         return 2

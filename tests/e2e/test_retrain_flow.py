@@ -27,3 +27,7 @@ def test_retrain_flow_learns_from_the_demo_store(prefect_harness, tmp_path):
 
     champion = client.get_model_version_by_alias(REGISTERED_MODEL, "champion")
     assert str(champion.version) in {str(r["version"]) for r in results if r["champion"]}
+
+    # The scheduler then plans with the champion it loads by alias.
+    summary = demo(out=str(tmp_path / "again"), jobs=12, seed=2, estimates="champion", tracking_uri=uri)
+    assert summary["succeeded"] == 12 and summary["oom"] == 0
