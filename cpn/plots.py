@@ -94,12 +94,7 @@ def jct_cdf(jcts: Mapping[str, Sequence[float]], path: Path, title: str = "Job c
     ax.set_xlabel("job completion time (hours, log scale)")
     ax.set_ylabel("fraction of jobs")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save_with_legend(fig, ax, title, path)
 
 
 def utilization_over_time(
@@ -113,6 +108,10 @@ def utilization_over_time(
     ax.set_ylabel("GPUs busy (fraction)")
     ax.set_ylim(0, 1.05)
     ax.grid(True, alpha=0.3)
+    return _save_with_legend(fig, ax, title, path)
+
+
+def _save_with_legend(fig, ax, title: str, path: Path) -> Path:
     ax.legend()
     ax.set_title(title)
     fig.tight_layout()

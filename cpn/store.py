@@ -354,14 +354,8 @@ class JobStore:
 
     def specs(self, job_ids: Sequence[str]) -> dict[str, JobSpec]:
         """The specs of those of `job_ids` that exist."""
-        found: dict[str, JobSpec] = {}
-        unique = list(dict.fromkeys(job_ids))
-        for start in range(0, len(unique), _IN_CHUNK):
-            chunk = unique[start : start + _IN_CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            for job_id, text in self._read(f"SELECT job_id, spec FROM jobs WHERE job_id IN ({marks})", chunk):
-                found[job_id] = _decode(text)
-        return found
+        with self._lock:
+            return {job_id: _decode(text) for job_id, text in _raw_specs(self._db, job_ids).items()}
 
     def counts(self) -> dict[JobState, int]:
         """How many jobs are in each state; every state is present, zero included."""
@@ -389,16 +383,20 @@ def _decode(text: str) -> JobSpec:
     return JobSpec(**json.loads(text))
 
 
-def _stored_specs(db: sqlite3.Connection, job_ids: list[str]) -> dict[str, str]:
-    """Stored canonical specs of those of `job_ids` that exist, re-encoded by the current JobSpec."""
+def _raw_specs(db: sqlite3.Connection, job_ids: Sequence[str]) -> dict[str, str]:
+    """Stored spec JSON of those of `job_ids` that exist."""
     found: dict[str, str] = {}
     unique = list(dict.fromkeys(job_ids))
     for start in range(0, len(unique), _IN_CHUNK):
         chunk = unique[start : start + _IN_CHUNK]
         marks = ", ".join("?" * len(chunk))
-        for job_id, text in db.execute(f"SELECT job_id, spec FROM jobs WHERE job_id IN ({marks})", chunk):
-            found[job_id] = _encode(_decode(text))
+        found.update(db.execute(f"SELECT job_id, spec FROM jobs WHERE job_id IN ({marks})", chunk))
     return found
+
+
+def _stored_specs(db: sqlite3.Connection, job_ids: list[str]) -> dict[str, str]:
+    """Stored canonical specs of those of `job_ids` that exist, re-encoded by the current JobSpec."""
+    return {job_id: _encode(_decode(text)) for job_id, text in _raw_specs(db, job_ids).items()}
 
 
 def _differing_fields(stored: str, new: str) -> list[str]:
