@@ -6,6 +6,7 @@ import argparse
 import os
 
 from config.settings import DEMO_DIR, ConfigError
+from cpn.policies import POLICIES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo profile)"
     )
-    p.add_argument("--policy", help="scheduling policy, e.g. fifo or fifo-naive (default: the profile's)")
+    p.add_argument("--policy", choices=tuple(POLICIES), help="scheduling policy (default: the profile's)")
     p.add_argument("--jobs", type=int, help="number of generated jobs (default: the profile's)")
     p.add_argument("--seed", type=int, help="seed of the generated queue (default: the profile's)")
     p.add_argument(
