@@ -136,7 +136,6 @@ class PolicySettings(_Strict):
     cpu_threshold: float = Field(
         0.7, gt=0, le=1, description="A node whose CPU load is above this fraction takes no more jobs."
     )
-    round_interval_s: float = Field(60, gt=0, description="Seconds between live scheduling rounds.")
 
 
 class DemoSettings(_Strict):

@@ -26,10 +26,14 @@ class OracleEstimates:
 
     def estimate(self, job: JobSpec, gpu_type: str) -> Estimate | None:
         """The job's runtime on `gpu_type` (inf where measured not to run), None where never measured."""
-        key = (job.model, job.batch_size, gpu_type, job.num_gpus, job.total_steps, job.gpu_mem_gb)
+        key = (*self._cache_key(job), gpu_type)
         if key not in self._cache:
             self._cache[key] = self._compute(job, gpu_type)
         return self._cache[key]
+
+    def _cache_key(self, job: JobSpec) -> tuple:
+        """Jobs with the same key share estimates (the truth depends only on what runs)."""
+        return (job.model, job.batch_size, job.num_gpus, job.total_steps, job.gpu_mem_gb)
 
     def _compute(self, job: JobSpec, gpu_type: str) -> Estimate | None:
         if job.total_steps is None:
@@ -70,6 +74,9 @@ class NoisyOracle(OracleEstimates):
             raise ValueError(f"sigma must be >= 0, got {sigma}")
         self.sigma = sigma
         self.seed = seed
+
+    def _cache_key(self, job: JobSpec) -> tuple:
+        return (job.job_id, *super()._cache_key(job))
 
     def _compute(self, job: JobSpec, gpu_type: str) -> Estimate | None:
         exact = super()._compute(job, gpu_type)

@@ -67,11 +67,6 @@ class NodeState:
     shared: tuple[SharedCard, ...] = ()
     """Cards that sharing jobs hold (not counted in free_gpus), lowest index first."""
 
-    @property
-    def cpu_load(self) -> float:
-        """Fraction of the node's CPU in use."""
-        return self.cpu_used / self.node.cpu_cores
-
 
 def nodes_from_config(config: ClustersConfig) -> tuple[Node, ...]:
     """Expand every cluster's node groups into nodes labelled and tainted per the seed's scheme."""

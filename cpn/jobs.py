@@ -59,9 +59,6 @@ class JobState(StrEnum):
     SCHEDULE_FAILED = "schedule-failed"
 
 
-TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED})
-"""States a job never leaves."""
-
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.QUEUED: frozenset({JobState.ASSIGNED, JobState.SCHEDULE_FAILED}),
     JobState.ASSIGNED: frozenset({JobState.MIGRATING, JobState.SUBMITTED, JobState.QUEUED, JobState.FAILED}),

@@ -98,6 +98,8 @@ def lower_bound(jobs: Sequence[JobSpec], nodes: Sequence[Node], oracle: OracleEs
     """Bounds from perfect runtimes; jobs no GPU type can run are left out."""
     gpu_types = sorted({n.gpu_type for n in nodes})
     total_gpus = sum(n.gpu_count for n in nodes)
+    if not total_gpus:
+        raise ValueError("the cluster description has no GPUs")
     start = min((j.arrival_s for j in jobs), default=0.0)
     latest_end = start
     gpu_work = 0.0
@@ -121,7 +123,7 @@ def make_estimator(spec: str, table: ThroughputTable, seed: int) -> EstimateSour
         except ValueError:
             raise ValueError(f"--estimates {spec!r}: SIGMA must be a number, e.g. noisy:0.3") from None
         return NoisyOracle(table, sigma=sigma, seed=seed)
-    raise ValueError(f"--estimates {spec!r}: use oracle, noisy:SIGMA or predictor")
+    raise ValueError(f"--estimates {spec!r}: use oracle or noisy:SIGMA")
 
 
 def run_policy(

@@ -28,7 +28,11 @@ class QueueView:
         self._pending: tuple[JobSpec, ...] | None = ()
 
     def refresh(self) -> tuple[JobSpec, ...]:
-        """Apply every transition recorded since the last refresh; returns the jobs that (re-)entered."""
+        """Apply every transition recorded since the last refresh.
+
+        Returns the jobs that entered the queue and those whose payload moved (a migration that ended
+        before this refresh), so callers recompute what depends on where a job is.
+        """
         self._after, changes = self.store.changes_since(self._after)
         if not changes:
             return ()
@@ -36,6 +40,13 @@ class QueueView:
         for change in changes:
             latest[change.job_id] = change
         entering = [c for c in latest.values() if c.state == JobState.QUEUED and c.job_id not in self._specs]
+        moved = [
+            self._specs[c.job_id]
+            for c in latest.values()
+            if c.state == JobState.QUEUED
+            and c.job_id in self._specs
+            and c.location != self._location[c.job_id]
+        ]
         for change in latest.values():
             if change.state != JobState.QUEUED and change.job_id in self._specs:
                 self._leave(change.job_id)
@@ -50,7 +61,7 @@ class QueueView:
             ordered = sorted(self._specs, key=self._order.__getitem__)
             self._specs = {job_id: self._specs[job_id] for job_id in ordered}
         self._pending = None
-        return tuple(specs[c.job_id] for c in entering)
+        return (*(specs[c.job_id] for c in entering), *moved)
 
     def _enter(self, spec: JobSpec, order: int) -> None:
         self._specs[spec.job_id] = spec

@@ -13,13 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from cpn.adapters.gateway import OOM_REASON
 from cpn.inventory import Node
 from cpn.jobs import JobState
 from cpn.plots import Execution, gantt
 from cpn.store import JobStore
-
-OOM_REASON = "OOMKilled"
-"""Failure reason a cluster gives for a job killed for exceeding GPU memory."""
 
 LARGE_JOB_GPUS = 4
 """Jobs with at least this many GPUs count as large for the starvation figure."""
@@ -63,6 +61,8 @@ def timelines(store: JobStore) -> list[JobTimeline]:
         moves = history[record.job_id]
         queued = next(t.time for t in moves if t.to_state == JobState.QUEUED)
         started = next((t.time for t in moves if t.to_state == JobState.RUNNING), None)
+        if started is None and record.state == JobState.SUCCEEDED:  # its start was never reported
+            started = next((t.time for t in moves if t.to_state == JobState.SUBMITTED), None)
         ended = moves[-1].time if record.state in (JobState.SUCCEEDED, JobState.FAILED) else None
         out.append(
             JobTimeline(

@@ -108,10 +108,6 @@ class Scheduler:
                     at=m.time,
                 )
 
-    def forget_estimates(self) -> None:
-        """Drop cached estimates (after the predictor is retrained); the next round asks again."""
-        self._estimates.clear()
-
     def _update_estimates(self, entering: tuple[JobSpec, ...], nodes: tuple[NodeState, ...]) -> None:
         if self.estimator is None:
             return

@@ -7,7 +7,8 @@ simulator records simulated time and tests record a fake one.
 
 Reports read `transitions_all()` once: a job's completion time (JCT) is its
 `succeeded` time minus the time it entered `queued` first, its wait the first
-`submitted` (or `running`) time minus that same queued time.
+`running` time (`submitted` for a succeeded job whose start was never reported) minus that same
+queued time.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def demo(
     logger = get_run_logger()
     profile = load_settings(config_dir)
     policy_name = policy or profile.policy.name
-    n_jobs = jobs or profile.demo.jobs
+    n_jobs = profile.demo.jobs if jobs is None else jobs
     run_seed = profile.demo.seed if seed is None else seed
     table = ThroughputTable.load(GAVEL_ISOLATED)
 

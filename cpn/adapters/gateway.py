@@ -15,6 +15,9 @@ from cpn.policies.base import Placement
 
 EventKind = Literal["running", "succeeded", "failed"]
 
+OOM_REASON = "OOMKilled"
+"""The failure reason of a job killed for exceeding GPU memory, as Kubernetes reports it."""
+
 
 @dataclass(frozen=True)
 class JobEvent:

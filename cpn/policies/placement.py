@@ -200,7 +200,7 @@ class Capacity:
             )
         if has_cards:
             return True
-        if job.num_gpus == 1 and job.gpu_share is not None and self._shared_room[job.kind]:
+        if is_sharing(job) and self._shared_room[job.kind]:
             return True
         static = (job.kind, job.num_gpus, job.cpu)
         might = self._might.get(static)

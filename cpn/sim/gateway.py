@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from cpn.adapters.gateway import JobEvent, SubmitRejected
+from cpn.adapters.gateway import OOM_REASON, JobEvent, SubmitRejected
 from cpn.clock import SimClock
 from cpn.inventory import Node, NodeState, SharedCard
 from cpn.jobs import JobSpec
 from cpn.policies.base import Placement
 from cpn.policies.rules import admission_problem, gang_cpu, is_sharing, pick_shared_card
-from cpn.sim.truth import OOM_REASON, GroundTruth, RunOutcome
+from cpn.sim.truth import GroundTruth, RunOutcome
 
 __all__ = ["Execution", "GroundTruth", "SimulatedGateway"]
 

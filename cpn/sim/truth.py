@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cpn.adapters.gateway import OOM_REASON
 from cpn.jobs import JobSpec
 from cpn.sim.colocation import ColocationTable
 from cpn.sim.memory import gpu_memory_gb
@@ -21,7 +22,6 @@ from cpn.throughput import ThroughputTable
 LOAD_S = 60.0
 """Seconds from start to a job's first training step; jobs that cannot run fail then."""
 
-OOM_REASON = "OOMKilled"
 """Failure reason of a job that needs more GPU memory than its cards have: exactly what Kubernetes reports."""
 
 

@@ -33,7 +33,7 @@ def test_demo_flow_drains_queue_and_reports(prefect_harness, tmp_path):
         assert key in written
     assert written["jobs"] == 30
     assert written["succeeded"] + written["failed"] + written["unfinished"] == 30
-    assert written["oom"] == 0, "memory-aware FIFO must not place a job on a card too small for it"
+    assert written["oom"] == 0, "the demo's memory-aware policy must not place a job on a too-small card"
     assert 0 < written["gpu_utilization"] <= 1
     with Image.open(tmp_path / "gantt.png") as img:
         assert img.size[0] > 500

@@ -7,6 +7,7 @@ from types import MappingProxyType
 
 import pytest
 
+from cpn.adapters.gateway import OOM_REASON
 from cpn.clock import SimClock
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
@@ -14,7 +15,7 @@ from cpn.policies import POLICIES, make_policy
 from cpn.policies.base import Decision, Estimate, Placement, Snapshot
 from cpn.policies.fifo import FifoPolicy
 from cpn.sim.gateway import SimulatedGateway
-from cpn.sim.truth import OOM_REASON, GroundTruth
+from cpn.sim.truth import GroundTruth
 from cpn.throughput import ThroughputTable
 
 K80 = Node("a", "k80-0", "Tesla-K80", 8, 12, 32, "training")

@@ -35,7 +35,7 @@ def job(job_id: str, gpus: int = 1, steps: int = 100, **kw) -> JobSpec:
     return JobSpec(job_id=job_id, model="ResNet-18", batch_size=32, num_gpus=gpus, total_steps=steps, **kw)
 
 
-def run(nodes, jobs, policy=None, with_migration=False):
+def run(nodes, jobs, policy=None, with_migration=False, estimator=None):
     clock = SimClock()
     store = JobStore(":memory:", clock=clock)
     gateway = SimulatedGateway(nodes, GroundTruth(TABLE), clock)
@@ -64,7 +64,13 @@ def run(nodes, jobs, policy=None, with_migration=False):
         transfers = TransferTimes(clusters)
         migrator = SimulatedMigrator(transfers, clock)
     scheduler = Scheduler(
-        store, gateway, policy or FifoPolicy(), clock, transfers=transfers, migrator=migrator
+        store,
+        gateway,
+        policy or FifoPolicy(),
+        clock,
+        transfers=transfers,
+        migrator=migrator,
+        estimator=estimator,
     )
     result = replay(scheduler, gateway, clock, arrivals_from_jobs(jobs), migrator=migrator)
     return store, gateway, result, migrator
@@ -162,3 +168,35 @@ def test_completed_runs_report_measured_runtime_on_the_node_gpu_type():
     assert runs["b"].runtime_s == pytest.approx(100.0), "b waited 100 s but ran 100 s: queueing excluded"
     assert runs["b"].total_steps / runs["b"].runtime_s == pytest.approx(1.6)
     assert completed_runs(store, [NODE_A], since=150.0) == [runs["b"]]
+
+
+def test_migrated_job_is_decided_from_where_its_data_now_is():
+    # One card per site. The blocker holds a's card for 10 s, so x (data in a) copies to b (10 s). The copy
+    # lands as a frees up, in the same round; x's data is in b now, and going back would cost another copy.
+    from cpn.estimates import OracleEstimates
+    from cpn.policies import make_policy
+
+    one_a = Node("a", "a-0", "Tesla-V100-SXM2-16GB", 1, 16, 32, "training")
+    one_b = Node("b", "b-0", "Tesla-V100-SXM2-16GB", 1, 16, 32, "training")
+    blocker = job("blocker", steps=10, source_cluster="a")
+    x = job("x", source_cluster="a", data_size_gb=10, image_size_gb=2.5)
+    store, gateway, _, migrator = run(
+        [one_a, one_b],
+        [blocker, x],
+        policy=make_policy("greedy"),
+        with_migration=True,
+        estimator=OracleEstimates(TABLE),
+    )
+    assert migrator.total_s == pytest.approx(10.0), "exactly one copy"
+    (run_x,) = [e for e in gateway.executions if e.job_id == "x"]
+    assert (run_x.cluster, run_x.start) == ("b", pytest.approx(10.0))
+
+
+def test_noisy_estimates_differ_between_identical_jobs_but_not_between_calls():
+    from cpn.estimates import NoisyOracle
+
+    noisy = NoisyOracle(TABLE, sigma=0.3, seed=1)
+    a, b = job("a"), job("b")
+    first = noisy.estimate(a, "v100").runtime_s
+    assert noisy.estimate(b, "v100").runtime_s != first, "each job draws its own error"
+    assert noisy.estimate(a, "v100").runtime_s == first, "one job's error is fixed for the run"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from cpn.adapters.gateway import SubmitRejected
+from cpn.adapters.gateway import OOM_REASON, SubmitRejected
 from cpn.clock import SimClock
 from cpn.inventory import Node
 from cpn.jobs import JobSpec
 from cpn.policies.base import Placement
 from cpn.sim.gateway import Execution, SimulatedGateway
 from cpn.sim.memory import MODELS, gpu_memory_gb
-from cpn.sim.truth import LOAD_S, OOM_REASON, GroundTruth
+from cpn.sim.truth import LOAD_S, GroundTruth
 from cpn.throughput import ThroughputRow, ThroughputTable
 
 K80 = Node("a", "k80-0", "Tesla-K80", 8, 12, 32, "training")

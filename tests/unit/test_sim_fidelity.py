@@ -12,7 +12,7 @@ import statistics
 import pytest
 
 from config.settings import Taint
-from cpn.adapters.gateway import SubmitRejected
+from cpn.adapters.gateway import OOM_REASON, SubmitRejected
 from cpn.clock import SimClock
 from cpn.inventory import Node, SharedCard
 from cpn.jobs import JobSpec
@@ -21,7 +21,7 @@ from cpn.sim.colocation import UNMEASURED_FACTOR, ColocationTable, parse_job_nam
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.memory import gpu_memory_gb
 from cpn.sim.scaling import ScaledThroughput
-from cpn.sim.truth import LOAD_S, OOM_REASON, GroundTruth
+from cpn.sim.truth import LOAD_S, GroundTruth
 from cpn.throughput import ThroughputFormatError, ThroughputRow, ThroughputTable
 
 V100 = "Tesla-V100-SXM2-16GB"
