@@ -36,6 +36,7 @@ from mlflow.models import ModelSignature
 from mlflow.tracking import MlflowClient
 from mlflow.types import ColSpec, Schema
 
+from config.tracking import DEFAULT_TRACKING_URI, EXPERIMENT, REGISTERED_MODEL
 from cpn.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Prediction
@@ -46,12 +47,6 @@ from models.predictor import Predictor, fit_predictor
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
-"""Local SQLite store in the working directory; `mlflow ui` reads it without a server."""
-EXPERIMENT = "cpn-predictor"
-"""The one experiment every training run goes to."""
-REGISTERED_MODEL = "cpn-predictor"
-"""Registered model name the scheduler loads."""
 CHAMPION = "champion"
 """Alias of the version the scheduler serves."""
 HOLDOUT_FRACTION = 0.2

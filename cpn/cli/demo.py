@@ -6,6 +6,7 @@ import argparse
 import os
 
 from config.settings import DEMO_DIR, ConfigError
+from config.tracking import DEFAULT_TRACKING_URI
 from cpn.policies import POLICIES
 
 
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "throughput table, or the MLflow champion (`cpn predictor train` first) (default: %(default)s)",
     )
     p.add_argument(
-        "--tracking-uri", default="sqlite:///mlflow.db", help="MLflow store for --estimates champion"
+        "--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow store for --estimates champion"
     )
     p.set_defaults(func=run)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from config.benchmarks import BENCHMARKS_YAML
 from config.settings import ConfigError
+from config.tracking import DEFAULT_TRACKING_URI, EXPERIMENT, REGISTERED_MODEL
 from cpn.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
 
 
@@ -36,9 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _data_args(train)
     _mlflow_args(train)
-    train.add_argument(
-        "--experiment", default="cpn-predictor", help="MLflow experiment (default: %(default)s)"
-    )
+    train.add_argument("--experiment", default=EXPERIMENT, help="MLflow experiment (default: %(default)s)")
     train.add_argument(
         "--estimators", default="rf,xgb", help="comma-separated: rf, xgb, baseline (default: %(default)s)"
     )
@@ -107,10 +106,10 @@ def _data_args(p: argparse.ArgumentParser) -> None:
 
 def _mlflow_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--tracking-uri", default="sqlite:///mlflow.db", help="MLflow tracking URI (default: %(default)s)"
+        "--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow tracking URI (default: %(default)s)"
     )
     p.add_argument(
-        "--model-name", default="cpn-predictor", help="registered model name (default: %(default)s)"
+        "--model-name", default=REGISTERED_MODEL, help="registered model name (default: %(default)s)"
     )
 
 
