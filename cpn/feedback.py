@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from cpn.inventory import Node
 from cpn.jobs import JobState
+from cpn.policies.rules import EXCLUSIVE_REASON, is_sharing
 from cpn.store import JobStore
 
 
@@ -29,7 +30,9 @@ def completed_runs(
 ) -> list[CompletedRun]:
     """Succeeded jobs that finished after `since`, with a known step count, on a node in `nodes`.
 
-    The run time is the time from the job's last `running` transition to `succeeded`.
+    The run time is the time from the job's last `running` transition to `succeeded`. A job that
+    shared its card is left out (a partner's interference is in its run time) unless its last
+    assignment gave it whole cards to explore (`EXCLUSIVE_REASON`).
     """
     gpu_of = {(n.cluster, n.name): n.gpu_type for n in nodes}
     history: dict[str, list] = {}
@@ -45,6 +48,9 @@ def completed_runs(
         if spec.total_steps is None or started is None or gpu_type is None or end.time <= since:
             continue
         if end.time <= started.time:
+            continue
+        assigned = next((t for t in reversed(moves) if t.to_state == JobState.ASSIGNED), None)
+        if is_sharing(spec) and (assigned is None or assigned.reason != EXCLUSIVE_REASON):
             continue
         runs.append(
             CompletedRun(

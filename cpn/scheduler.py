@@ -4,12 +4,17 @@ A round applies the gateway's job events to the store, builds one frozen
 Snapshot (queued jobs, node states, estimates, now), asks the policy for a
 Decision, and carries it out: rejected jobs go to `schedule-failed`, placed
 jobs are assigned and submitted through the gateway.
+
+A job whose estimates say `explore` (a model the predictor has never seen) runs on
+whole cards even if it asked to share one: the policy and the cluster see it without
+its `gpu_share`, and its assignment is recorded with `EXCLUSIVE_REASON`, so that
+its measured runtime, free of a partner's interference, may train the predictor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Protocol
 
@@ -19,6 +24,7 @@ from cpn.clock import Clock
 from cpn.inventory import NodeState
 from cpn.jobs import JobSpec, JobState
 from cpn.policies.base import Decision, Estimate, Policy, Snapshot
+from cpn.policies.rules import EXCLUSIVE_REASON, is_sharing
 from cpn.queue_view import QueueView
 from cpn.store import JobStore
 from cpn.transfer import TransferTimes
@@ -80,6 +86,8 @@ class Scheduler:
         self.migrator = migrator
         self.queue = QueueView(store)
         self._estimates: dict[str, Mapping[str, Estimate]] = {}
+        self._exclusive: dict[str, JobSpec] = {}
+        """job_id -> the whole-card spec of a sharing job the estimates say to explore."""
         self._estimated_types: tuple[str, ...] = ()
         self._transfer_rows: dict[str, Mapping[str, float]] = {}
         self._transfer_from: dict[str, str] = {}
@@ -119,6 +127,13 @@ class Scheduler:
         new = tuple(job for job in entering if job.job_id not in self._estimates)
         if new:
             self._estimates.update(self.estimator.estimates(new, gpu_types))
+            for job in new:
+                if is_sharing(job) and any(e.explore for e in self._estimates.get(job.job_id, {}).values()):
+                    self._exclusive[job.job_id] = replace(job, gpu_share=None)
+
+    def _spec(self, job_id: str) -> JobSpec:
+        """The spec to place and submit: whole cards for a job to explore, else as submitted."""
+        return self._exclusive.get(job_id) or self.queue.spec(job_id)
 
     def _update_transfers(self, entering: tuple[JobSpec, ...]) -> None:
         if self.transfers is None:
@@ -142,9 +157,12 @@ class Scheduler:
         nodes = self.gateway.inventory()
         self._update_estimates(entering, nodes)
         self._update_transfers(entering)
+        pending = self.queue.pending()
+        if self._exclusive:
+            pending = tuple(self._exclusive.get(job.job_id, job) for job in pending)
         return Snapshot(
             now=self.clock.now(),
-            pending=self.queue.pending(),
+            pending=pending,
             nodes=nodes,
             estimates=MappingProxyType(self._estimates),
             transfer_s=MappingProxyType(self._transfer_rows),
@@ -159,18 +177,22 @@ class Scheduler:
         placed = migrating = refused = 0
         for placement in decision.placements:
             self.store.transition(
-                placement.job_id, JobState.ASSIGNED, cluster=placement.cluster, node=placement.node
+                placement.job_id,
+                JobState.ASSIGNED,
+                reason=EXCLUSIVE_REASON if placement.job_id in self._exclusive else "",
+                cluster=placement.cluster,
+                node=placement.node,
             )
             location = self.queue.location(placement.job_id)
             if self.migrator is not None and location is not None and location != placement.cluster:
                 self.store.transition(
                     placement.job_id, JobState.MIGRATING, reason=f"{location} -> {placement.cluster}"
                 )
-                self.migrator.start(self.queue.spec(placement.job_id), location, placement.cluster)
+                self.migrator.start(self._spec(placement.job_id), location, placement.cluster)
                 migrating += 1
                 continue
             try:
-                self.gateway.submit(self.queue.spec(placement.job_id), placement)
+                self.gateway.submit(self._spec(placement.job_id), placement)
             except SubmitRejected as exc:
                 self.store.transition(placement.job_id, JobState.QUEUED, reason=f"submit refused: {exc}")
                 refused += 1

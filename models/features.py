@@ -54,15 +54,17 @@ NEIGHBOUR_FEATURES = (
     "nb_count",
     "nb_gpu",
     "nb_other_models",
+    "nb_speed",
 )
 """Neighbour estimates of log steps/s (see module docstring), in `Features.neighbours` column order:
 rectangles over another batch size of the model with the same GPU type (other count), the same count
 (other GPU type) or both different; the same GPU type and count at other batch sizes, shifted by the
 model's references; the same batch and GPU type at other counts, shifted by log count ratio; the same
 batch and count on other GPU types, shifted by the model's own ratio between them; the same, shifted by
-other models' ratio at that count."""
+other models' ratio at that count; the same configuration on the GPU types just slower and just faster
+than the query's (by benchmark speed), interpolated log-log at the query's speed (never extrapolated)."""
 
-LOCAL_KINDS = ("none", "other_models", "same_model_line", "rectangle")
+LOCAL_KINDS = ("none", "other_models", "speed_line", "same_model_line", "rectangle")
 """What the local prior was built from (`Features.local_kind` indexes this)."""
 
 
@@ -302,10 +304,12 @@ class FeatureBuilder:
             f = 0 if g2 == gpu else 1 if n2 == n else 2
             sums[f] += w * (y1 + y2 - v2)
             weights[f] += w
+        line: dict[float, list[float]] = defaultdict(list)
         for g3 in self._gpus:
             y1 = d.get((key, batch, g3, n)) if g3 != gpu else None
             if y1 is None:
                 continue
+            line[self.catalog.find(g3).log_speed].append(y1)
             s, c = own_ratio.get(g3, (0.0, 0.0))
             if c:
                 sums[5] += y1 + s / c
@@ -315,14 +319,19 @@ class FeatureBuilder:
             if total[1] > mine[1]:
                 sums[6] += y1 + (total[0] - mine[0]) / (total[1] - mine[1])
                 weights[6] += 1
+        speed = self.catalog.find(gpu).log_speed
+        if line and min(line) < speed < max(line):
+            xs = sorted(line)
+            sums[7], weights[7] = float(np.interp(speed, xs, [np.mean(line[x]) for x in xs])), 1.0
         return [s / w if w else math.nan for s, w in zip(sums, weights, strict=True)]
 
     @staticmethod
     def local_prior_of(nb: Sequence[float]) -> tuple[float, int]:
         """(local prior, kind) from neighbour estimates: the mean of the rectangles where any exist,
-        else of the same model's GPU-type and batch lines, else the other models' GPU-type ratio,
-        else (NaN, 0). The count line (which assumes linear scaling) is a feature, never the prior."""
-        for kind, cols in ((3, (0, 1, 2)), (2, (5, 3)), (1, (6,))):
+        else of the same model's GPU-type and batch lines, else the configuration interpolated between
+        GPU speeds, else the other models' GPU-type ratio, else (NaN, 0). The count line (which assumes
+        linear scaling) is a feature, never the prior."""
+        for kind, cols in ((4, (0, 1, 2)), (3, (5, 3)), (2, (7,)), (1, (6,))):
             vals = [nb[c] for c in cols if not math.isnan(nb[c])]
             if vals:
                 return sum(vals) / len(vals), kind

@@ -8,7 +8,8 @@
 - Gangs: a job takes all its cards at once; a gang spread over nodes asks each node for the job's CPU in
   proportion to the cards it takes there.
 - Sharing: a one-card job with a `gpu_share` f shares a card with other sharing jobs while their shares
-  sum to at most 1 (HAMi/MPS style); `pick_shared_card` says which card. Other jobs hold cards whole.
+  sum to at most 1 (HAMi/MPS style); `pick_shared_card` says which card. Other jobs hold cards whole,
+  and so does a sharing job run to explore a model the predictor has never seen (`EXCLUSIVE_REASON`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ USAGE_TAINT_SUFFIX = "/node.usage"
 
 PRODUCT_TAINT_SUFFIX = ".product"
 """Key suffix of the card taint (`<vendor domain>/<card>.product`, e.g. `nvidia.com/gpu.product`)."""
+
+EXCLUSIVE_REASON = "explore: whole cards for a model the predictor has not seen"
+"""Reason of the `assigned` transition of a sharing job placed on whole cards to measure it cleanly."""
 
 SHARE_EPS = 1e-9
 """Slack when adding card shares, so that 0.1 + 0.2 + 0.7 still fits on one card."""

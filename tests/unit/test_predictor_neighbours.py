@@ -131,3 +131,25 @@ def test_neighbours_can_be_switched_off(name):
     assert est.params()["neighbours"] is False
     assert not any(k.startswith("local:") for k in est.feature_importances())
     assert make_estimator(name, catalog(), **params).params()["neighbours"] is True
+
+
+SPEED_LINE = NEIGHBOUR_FEATURES.index("nb_speed")
+
+
+def test_speed_line_interpolates_between_slower_and_faster_gpu_types_only():
+    """A configuration measured on a slower and a faster GPU type is interpolated at the query's speed;
+    on the slowest or fastest type there is nothing to interpolate between (no extrapolation). A3C is
+    never measured on p100, so only the speed line and other models' ratios know anything there."""
+    data = [r for r in rows() if r.model == "A3C" and r.gpu_type != "p100"]
+    data += [r for r in rows() if r.model == "LM" and r.gpu_type == "p100"]
+    builder = FeatureBuilder(catalog()).fit(data)
+    middle, fastest = Query("A3C", None, "p100", 2), Query("A3C", None, "v100", 2)
+    feats = builder.transform([middle, fastest])
+    cat = catalog()
+    s = {g: cat.find(g).log_speed for g in ("k80", "p100", "v100")}
+    y = {g: math.log(law("A3C", None, g, 2)) for g in ("k80", "v100")}
+    expected = y["k80"] + (y["v100"] - y["k80"]) * (s["p100"] - s["k80"]) / (s["v100"] - s["k80"])
+    assert feats.neighbours[0, SPEED_LINE] == pytest.approx(expected, rel=1e-12)
+    assert LOCAL_KINDS[feats.local_kind[0]] == "speed_line"
+    assert math.isnan(feats.neighbours[1, SPEED_LINE])
+    assert LOCAL_KINDS[feats.local_kind[1]] != "speed_line"

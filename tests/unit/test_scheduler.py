@@ -8,8 +8,9 @@ from config.settings import ClustersConfig
 from cpn.clock import SimClock
 from cpn.inventory import Node
 from cpn.jobs import JobSpec, JobState
-from cpn.policies.base import Decision, Snapshot
+from cpn.policies.base import Decision, Estimate, Snapshot
 from cpn.policies.fifo import FifoPolicy
+from cpn.policies.rules import EXCLUSIVE_REASON
 from cpn.replay import STUCK_REASON, arrivals_from_jobs, replay
 from cpn.report import summarize, timelines
 from cpn.scheduler import Scheduler
@@ -200,3 +201,37 @@ def test_noisy_estimates_differ_between_identical_jobs_but_not_between_calls():
     first = noisy.estimate(a, "v100").runtime_s
     assert noisy.estimate(b, "v100").runtime_s != first, "each job draws its own error"
     assert noisy.estimate(a, "v100").runtime_s == first, "one job's error is fixed for the run"
+
+
+class ExploreFor:
+    """Estimates that flag the given jobs' models as never seen by the predictor."""
+
+    def __init__(self, *explore: str) -> None:
+        self.explore = explore
+
+    def estimates(self, jobs, gpu_types):
+        return {
+            j.job_id: {g: Estimate(100.0, explore=j.job_id in self.explore) for g in gpu_types} for j in jobs
+        }
+
+
+def test_job_to_explore_runs_on_a_whole_card_and_only_clean_runs_feed_back():
+    from cpn.feedback import completed_runs
+
+    # Three half-card jobs on two cards. Without exploring they would pack two to a card; "new" (a model
+    # the predictor has never seen) gets a card to itself, so the two others share the other card.
+    jobs = [job("new", gpu_share=0.5), job("s2", gpu_share=0.5), job("s3", gpu_share=0.5)]
+    store, gateway, _, _ = run([NODE_A], jobs, estimator=ExploreFor("new"))
+    share = {e.job_id: e.share for e in gateway.executions}
+    assert share == {"new": 1.0, "s2": 0.5, "s3": 0.5}
+    assert store.get("new").spec.gpu_share == 0.5, "the stored spec is what the user submitted"
+    assert [t.reason for t in store.history("new") if t.to_state == JobState.ASSIGNED] == [EXCLUSIVE_REASON]
+    # The partners' run times carry each other's interference: only the clean run trains the predictor.
+    assert [r.job_id for r in completed_runs(store, [NODE_A])] == ["new"]
+
+
+def test_without_explore_sharing_jobs_pack_onto_one_card():
+    jobs = [job("a", gpu_share=0.5), job("b", gpu_share=0.5)]
+    _, gateway, _, _ = run([NODE_A], jobs, estimator=ExploreFor())
+    assert {e.job_id: e.share for e in gateway.executions} == {"a": 0.5, "b": 0.5}
+    assert {e.start for e in gateway.executions} == {0.0}
