@@ -23,6 +23,8 @@ class CompletedRun:
     total_steps: int
     runtime_s: float
     finished_at: float
+    gpu_mem_gb: float | None = None
+    """Peak GPU memory per card the cluster measured; None = not measured."""
 
 
 def completed_runs(
@@ -62,6 +64,7 @@ def completed_runs(
                 total_steps=spec.total_steps,
                 runtime_s=end.time - started.time,
                 finished_at=end.time,
+                gpu_mem_gb=end.gpu_mem_gb,
             )
         )
     return runs

@@ -95,7 +95,13 @@ class Scheduler:
     def apply_events(self, events: list[JobEvent]) -> None:
         """Move jobs along as the clusters report them (running, succeeded, failed)."""
         for event in events:
-            self.store.transition(event.job_id, _EVENT_STATE[event.kind], reason=event.reason, at=event.time)
+            self.store.transition(
+                event.job_id,
+                _EVENT_STATE[event.kind],
+                reason=event.reason,
+                at=event.time,
+                gpu_mem_gb=event.gpu_mem_gb,
+            )
 
     def apply_migrations(self, done: list[MigrationDone]) -> None:
         """Finished copies queue their job again where its payload now is; failed copies fail it."""

@@ -25,8 +25,8 @@ from typing import Literal, get_args, get_type_hints
 from cpn.clock import Clock, WallClock
 from cpn.jobs import JobSpec, JobState, check_transition
 
-SCHEMA_VERSION = 1
-"""Stored in SQLite's `user_version`; a store written by a newer schema is refused."""
+SCHEMA_VERSION = 2
+"""Stored in SQLite's `user_version`; a store written by a newer schema is refused, an older one upgraded."""
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS jobs (
@@ -49,14 +49,20 @@ _SCHEMA = (
         time       REAL NOT NULL,
         reason     TEXT NOT NULL,
         cluster    TEXT,
-        node       TEXT
+        node       TEXT,
+        gpu_mem_gb REAL                    -- peak GPU memory per card the cluster measured, if any
     )""",
     "CREATE INDEX IF NOT EXISTS transitions_by_job ON transitions (job_id, seq)",
 )
 
+_UPGRADES = {
+    1: ("ALTER TABLE transitions ADD COLUMN gpu_mem_gb REAL",),
+}
+"""Statements that bring a store of schema version k to k + 1."""
+
 _JOB_COLUMNS = "spec, state, cluster, node, location, submitted_at, updated_at"
-_TRANSITION_COLUMNS = "job_id, from_state, to_state, time, reason, cluster, node"
-_INSERT_TRANSITION = f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+_TRANSITION_COLUMNS = "job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb"
+_INSERT_TRANSITION = f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _IN_CHUNK = 500
 """Ids per `IN (...)` query, well under SQLite's limit on bound parameters."""
 
@@ -113,6 +119,8 @@ class Transition:
     cluster: str | None = None
     """Placement after the change (None when unplaced)."""
     node: str | None = None
+    gpu_mem_gb: float | None = None
+    """Peak GPU memory per card the cluster measured for the run that just ended; None = not measured."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +198,10 @@ class JobStore:
                 f"({SCHEMA_VERSION}); upgrade cpn or use another store file"
             )
         with self._write() as db:
+            if version:
+                for old in range(version, SCHEMA_VERSION):
+                    for statement in _UPGRADES[old]:
+                        db.execute(statement)
             for statement in _SCHEMA:
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -252,7 +264,7 @@ class JobStore:
             db.executemany(
                 _INSERT_TRANSITION,
                 [
-                    (job_id, None, JobState.QUEUED.value, now, "accepted", None, None)
+                    (job_id, None, JobState.QUEUED.value, now, "accepted", None, None, None)
                     for job_id, *_ in new_jobs
                 ],
             )
@@ -268,6 +280,7 @@ class JobStore:
         node: str | None = None,
         location: str | None = None,
         at: float | None = None,
+        gpu_mem_gb: float | None = None,
     ) -> None:
         """Move a job to `new_state` and record the move, atomically.
 
@@ -277,6 +290,7 @@ class JobStore:
         that going back to `queued` (or to `schedule-failed`) clears it. `location`
         records that the job's image and data now sit in that cluster (after a migration).
         `at` is when it happened, for events reported after the fact (default: now).
+        `gpu_mem_gb` is the peak GPU memory per card the cluster measured, on a run's end.
         """
         new_state = JobState(new_state)
         now = self._clock.now() if at is None else at
@@ -298,7 +312,7 @@ class JobStore:
             )
             db.execute(
                 _INSERT_TRANSITION,
-                (job_id, old_state.value, new_state.value, now, reason, cluster, node),
+                (job_id, old_state.value, new_state.value, now, reason, cluster, node, gpu_mem_gb),
             )
 
     def get(self, job_id: str) -> JobRecord:
@@ -411,7 +425,14 @@ def _record(row: tuple) -> JobRecord:
 
 
 def _transition(row: tuple) -> Transition:
-    job_id, from_state, to_state, time, reason, cluster, node = row
+    job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb = row
     return Transition(
-        job_id, JobState(from_state) if from_state else None, JobState(to_state), time, reason, cluster, node
+        job_id,
+        JobState(from_state) if from_state else None,
+        JobState(to_state),
+        time,
+        reason,
+        cluster,
+        node,
+        gpu_mem_gb,
     )

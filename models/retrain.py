@@ -107,5 +107,6 @@ class RetrainSchedule:
 def observations_from_runs(runs: Sequence[CompletedRun]) -> list[Observation]:
     """The predictor's view of completed jobs from the job store (cpn.feedback)."""
     return [
-        Observation(r.model, r.batch_size, r.gpu_type, r.num_gpus, r.total_steps, r.runtime_s) for r in runs
+        Observation(r.model, r.batch_size, r.gpu_type, r.num_gpus, r.total_steps, r.runtime_s, r.gpu_mem_gb)
+        for r in runs
     ]

@@ -28,6 +28,8 @@ class JobEvent:
     time: float
     reason: str = ""
     """Why it failed (`OOMKilled`, ...) or other detail."""
+    gpu_mem_gb: float | None = None
+    """On a run's end: the peak GPU memory per card it used (DCGM's framebuffer in use); None = unknown."""
 
 
 class SubmitRejected(RuntimeError):

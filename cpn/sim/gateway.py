@@ -325,10 +325,16 @@ class SimulatedGateway:
                     job_id, node.cluster, node.name, gpus, run.start, end, kind, run.outcome.reason, run.share
                 )
             )
-        self._events.append(JobEvent(job_id, kind, end, run.outcome.reason))
+        self._events.append(JobEvent(job_id, kind, end, run.outcome.reason, self._measured_gb(run)))
         node = run.held[0][0]
         if run.card is not None and run.card in self._use[(node.cluster, node.name)].shared:
             self._reschedule(node, run.card, end)
+
+    def _measured_gb(self, run: _Run) -> float | None:
+        """Peak GPU memory per card the run used, as DCGM would report it; None if it never got it (OOM)."""
+        if run.outcome.reason == OOM_REASON:
+            return None
+        return self.truth.memory_gb(run.job, sum(len(gpus) for _, gpus in run.held))
 
     def running_jobs(self) -> tuple[str, ...]:
         """Ids of the jobs running now, in start order."""

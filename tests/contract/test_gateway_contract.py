@@ -88,6 +88,8 @@ def test_submitted_job_is_seen_running_then_ends(harness):
     harness.settle()
     (end,) = gw.poll_events()
     assert (end.job_id, end.kind) == ("j1", "succeeded")
+    # Measured memory, where the cluster's metrics have it, is what one card of the node held.
+    assert end.gpu_mem_gb is None or 0 < end.gpu_mem_gb <= NODES[0].gpu_memory_gb
 
 
 def test_inventory_holds_the_cards_while_a_job_runs_and_releases_them(harness):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cpn.jobs import JobSpec
 from flows.demo import demo
 from flows.retrain import retrain
 
@@ -27,6 +28,29 @@ def test_retrain_flow_learns_from_the_demo_store(prefect_harness, tmp_path):
 
     champion = client.get_model_version_by_alias(REGISTERED_MODEL, "champion")
     assert str(champion.version) in {str(r["version"]) for r in results if r["champion"]}
+
+    # The demo's clusters measured each finished job's GPU memory; the champion now predicts memory for
+    # those models, never below what a run of the same model and batch size used.
+    from config.settings import load_profile
+    from cpn.feedback import completed_runs
+    from cpn.inventory import nodes_from_config
+    from cpn.store import JobStore
+    from models.registry import load_champion
+
+    nodes = nodes_from_config(load_profile().clusters)
+    with JobStore(tmp_path / "demo" / "jobs.db") as store:
+        finished = completed_runs(store, nodes)
+    assert finished and all(r.gpu_mem_gb for r in finished)
+    predictor = load_champion(uri)
+    for run in finished:
+        spec = JobSpec(
+            job_id=run.job_id,
+            model=run.model,
+            batch_size=run.batch_size,
+            num_gpus=run.num_gpus,
+            total_steps=run.total_steps,
+        )
+        assert predictor.estimate(spec, run.gpu_type).gpu_mem_gb >= run.gpu_mem_gb - 1e-9, spec
 
     # The scheduler then plans with the champion it loads by alias.
     summary = demo(out=str(tmp_path / "again"), jobs=12, seed=2, estimates="champion", tracking_uri=uri)

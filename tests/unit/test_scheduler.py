@@ -235,3 +235,24 @@ def test_without_explore_sharing_jobs_pack_onto_one_card():
     _, gateway, _, _ = run([NODE_A], jobs, estimator=ExploreFor())
     assert {e.job_id: e.share for e in gateway.executions} == {"a": 0.5, "b": 0.5}
     assert {e.start for e in gateway.executions} == {0.0}
+
+
+def test_finished_runs_report_measured_memory_which_feeds_the_predictor():
+    from cpn.feedback import completed_runs
+    from cpn.sim.memory import gpu_memory_gb
+    from models.retrain import observations_from_runs
+
+    # "big" asks for more than the 16 GB card; the naive FIFO places it anyway, and it is OOM-killed
+    # before it ever held its memory: nothing measured.
+    jobs = [job("a"), job("b", gpus=2), job("big", gpu_mem_gb=40)]
+    store, _, _, _ = run([NODE_A], jobs, policy=FifoPolicy(memory_aware=False))
+    assert store.get("big").state == JobState.FAILED
+    assert store.history("big")[-1].gpu_mem_gb is None
+    memory = {r.job_id: r.gpu_mem_gb for r in completed_runs(store, [NODE_A])}
+    assert memory == {
+        "a": pytest.approx(gpu_memory_gb("ResNet-18", 32, 1)),
+        "b": pytest.approx(gpu_memory_gb("ResNet-18", 32, 2)),
+    }
+    assert memory["b"] > memory["a"], "a data-parallel gang keeps gradient buckets and NCCL buffers"
+    observations = observations_from_runs(completed_runs(store, [NODE_A]))
+    assert sorted(o.gpu_mem_gb for o in observations) == sorted(memory.values())

@@ -254,3 +254,43 @@ def test_in_memory_store():
     with JobStore(":memory:", SimClock()) as store:
         store.submit([spec()])
         assert store.get("default/a").submitted_at == 0.0
+
+
+SCHEMA_1 = (
+    "CREATE TABLE jobs (seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL UNIQUE, spec TEXT NOT NULL, "
+    "state TEXT NOT NULL, cluster TEXT, node TEXT, location TEXT, submitted_at REAL NOT NULL, "
+    "updated_at REAL NOT NULL)",
+    "CREATE TABLE transitions (seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL REFERENCES jobs (job_id), "
+    "from_state TEXT, to_state TEXT NOT NULL, time REAL NOT NULL, reason TEXT NOT NULL, cluster TEXT, "
+    "node TEXT)",
+)
+
+
+def test_store_of_schema_1_is_upgraded_in_place_keeping_its_jobs(tmp_path, clock):
+    """A store written before measured memory was recorded opens, keeps its history, and records memory."""
+    path = tmp_path / "v1.db"
+    with JobStore(tmp_path / "donor.db", clock=clock) as donor:
+        donor.submit([JobSpec(job_id="old", model="ResNet-18", batch_size=32, num_gpus=1, total_steps=10)])
+        spec_text = donor._read("SELECT spec FROM jobs")[0][0]
+    with closing(sqlite3.connect(path)) as raw, raw:
+        for statement in SCHEMA_1:
+            raw.execute(statement)
+        raw.execute(
+            "INSERT INTO jobs (job_id, spec, state, submitted_at, updated_at) "
+            "VALUES ('old', ?, 'queued', 0, 0)",
+            (spec_text,),
+        )
+        raw.execute(
+            "INSERT INTO transitions (job_id, to_state, time, reason) VALUES ('old', 'queued', 0, 'accepted')"
+        )
+        raw.execute("PRAGMA user_version = 1")
+    with JobStore(path, clock=clock) as store:
+        assert [t.reason for t in store.history("old")] == ["accepted"]
+        assert store.history("old")[0].gpu_mem_gb is None
+        for state in (JobState.ASSIGNED, JobState.SUBMITTED, JobState.RUNNING):
+            store.transition("old", state, cluster="a", node="a-0")
+        store.transition("old", JobState.SUCCEEDED, gpu_mem_gb=3.5)
+    with JobStore(path, clock=clock) as store:
+        assert store.history("old")[-1].gpu_mem_gb == 3.5
+    with closing(sqlite3.connect(path)) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
