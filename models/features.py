@@ -165,6 +165,7 @@ class FeatureBuilder:
         self._batches: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._fixed_batch: set[str] = set()
         self._default_ref = 0.0
+        self._speeds: dict[str, float] = {}
         self.unseen_spread = 0.0
         """Spread of the model references (log space): how wrong the median is for a model never seen."""
 
@@ -176,6 +177,7 @@ class FeatureBuilder:
         state.setdefault("_gpus", ())
         state.setdefault("_ref_parts", {})
         state.setdefault("_ref_parts_total", {})
+        state.setdefault("_speeds", {})
         self.__dict__.update(state)
 
     @property
@@ -309,7 +311,7 @@ class FeatureBuilder:
             y1 = d.get((key, batch, g3, n)) if g3 != gpu else None
             if y1 is None:
                 continue
-            line[self.catalog.find(g3).log_speed].append(y1)
+            line[self._log_speed(g3)].append(y1)
             s, c = own_ratio.get(g3, (0.0, 0.0))
             if c:
                 sums[5] += y1 + s / c
@@ -319,11 +321,18 @@ class FeatureBuilder:
             if total[1] > mine[1]:
                 sums[6] += y1 + (total[0] - mine[0]) / (total[1] - mine[1])
                 weights[6] += 1
-        speed = self.catalog.find(gpu).log_speed
+        speed = self._log_speed(gpu)
         if line and min(line) < speed < max(line):
             xs = sorted(line)
-            sums[7], weights[7] = float(np.interp(speed, xs, [np.mean(line[x]) for x in xs])), 1.0
+            sums[7], weights[7] = float(np.interp(speed, xs, [sum(line[x]) / len(line[x]) for x in xs])), 1.0
         return [s / w if w else math.nan for s, w in zip(sums, weights, strict=True)]
+
+    def _log_speed(self, gpu: str) -> float:
+        """Log speed of a GPU type of the catalog (cached: the neighbour features ask for it per row)."""
+        speed = self._speeds.get(gpu)
+        if speed is None:
+            speed = self._speeds[gpu] = self._profile(Query("any", None, gpu, 1)).log_speed
+        return speed
 
     @staticmethod
     def local_prior_of(nb: Sequence[float]) -> tuple[float, int]:
@@ -443,4 +452,5 @@ class FeatureBuilder:
             )
         clone = copy.copy(self)
         clone.catalog = catalog
+        clone._speeds = {}
         return clone
