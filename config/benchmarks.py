@@ -12,19 +12,21 @@ gives); the predictor checks that when it builds its catalog.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from config.settings import REPO_ROOT, load_model
+from config.settings import REPO_ROOT, ConfigError, load_model
 
 BENCHMARKS_YAML = REPO_ROOT / "config" / "benchmarks.yaml"
 """The static benchmark scores shipped with the project."""
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-GpuKey = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.+-]*$")]
+_GPU_KEY = re.compile(r"[a-z0-9][a-z0-9.+-]*")
+GpuKey = Annotated[str, Field(pattern=f"^{_GPU_KEY.pattern}$")]
 
 
 class _Strict(BaseModel):
@@ -51,11 +53,15 @@ class Workload(_Strict):
 
 
 class GpuSpec(_Strict):
-    """Public specs of one GPU (one die for multi-die boards such as K80)."""
+    """Public specs of one GPU (one die for multi-die boards such as K80).
 
-    memory_gb: PositiveFloat = Field(description="Memory of one GPU, GB.")
-    mem_bw_gbps: PositiveFloat = Field(description="Peak memory bandwidth, GB/s.")
-    fp32_tflops: PositiveFloat = Field(description="Peak single-precision throughput, TFLOPS.")
+    A figure left out is taken from data/gpus/devices.csv if it has the product, else the
+    predictor treats it as missing (and says so).
+    """
+
+    memory_gb: PositiveFloat | None = Field(None, description="Memory of one GPU, GB.")
+    mem_bw_gbps: PositiveFloat | None = Field(None, description="Peak memory bandwidth, GB/s.")
+    fp32_tflops: PositiveFloat | None = Field(None, description="Peak single-precision throughput, TFLOPS.")
     source: str = Field(min_length=1, description="Where the figures come from (datasheet, URL).")
 
 
@@ -87,6 +93,19 @@ class BenchmarksConfig(_Strict):
         "`epoch` annotations into steps when the job gives no total_steps.",
     )
 
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _check_gpu_keys(cls, gpus: object) -> object:
+        if isinstance(gpus, dict):
+            for key in gpus:
+                if not isinstance(key, str) or not _GPU_KEY.fullmatch(key):
+                    raise ValueError(
+                        f"GPU key {key!r} is not canonical: it should match pattern {_GPU_KEY.pattern} "
+                        "(lower case, no spaces) and name the product without vendor, form factor or "
+                        "memory, e.g. a100 for NVIDIA-A100-SXM4-80GB, rtx4090 for NVIDIA GeForce RTX 4090"
+                    )
+        return gpus
+
     @model_validator(mode="after")
     def _check_scores(self) -> BenchmarksConfig:
         known = set(self.workloads)
@@ -107,7 +126,12 @@ class BenchmarksConfig(_Strict):
 
 def load_benchmarks(path: Path | str = BENCHMARKS_YAML) -> BenchmarksConfig:
     """Load a benchmarks YAML file; ConfigError names the file, the field and the reason."""
-    return load_model(path, BenchmarksConfig)
+    try:
+        return load_model(path, BenchmarksConfig)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:  # a folder, no permission (a missing file is ConfigError already)
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def dump_benchmarks(config: BenchmarksConfig, path: Path | str) -> None:

@@ -8,7 +8,8 @@ them to one lower-case key (`v100`, `h20`, `rtx2080ti`) in two steps:
    spelling outright (products the rule below gets wrong, and the ones cpn's data ships with);
 2. otherwise the rule: drop the vendor prefix (`NVIDIA`, `Tesla`, `GeForce`, ...) and the
    form-factor/memory suffix (`-SXM2-16GB`, `-PCIE-16GB`, `-80GB-HBM3`, ...), lower-case, and join
-   words with `-`.
+   the remaining words without separators (`GeForce RTX 4090` -> `rtx4090`, as devices.csv writes
+   `RTX2080Ti`), so that `RTX 4090`, `RTX-4090` and `rtx4090` name one card.
 
 Alias lookups ignore case and treat spaces, underscores and hyphens alike, so one entry covers the
 node label (`Tesla-V100-SXM2-16GB`) and the exporter's spelling (`Tesla V100-SXM2-16GB`).
@@ -45,6 +46,7 @@ _SUFFIX = re.compile(
     r"[\s_-]+(sxm\d?|pcie|nvl|hbm\d?e?|\d+\s*gb|mig.*|fhhl|lhhl|dgx.*)([\s_-].*)?$", re.IGNORECASE
 )
 _SEPARATORS = re.compile(r"[\s_-]+")
+_OTHER = re.compile(r"[^0-9A-Za-z.+\s_-]+")
 
 
 def _spelling(name: str) -> str:
@@ -60,13 +62,14 @@ def _by_rule(name: str) -> str:
     """The built-in table, then the vendor/suffix rule (cached: node types are asked for per round)."""
     if (key := _BUILT_IN.get(_spelling(name))) is not None:
         return key
+    name = _OTHER.sub(" ", name).strip()  # `A100 (80GB)`, `A100/80GB`: punctuation separates words
     while True:
         stripped = _VENDOR.sub("", name)
         if stripped == name:
             break
         name = stripped
     name = _SUFFIX.sub("", name)
-    return re.sub(r"[\s_]+", "-", name).lower()
+    return _SEPARATORS.sub("", name).lower()
 
 
 def canonical_gpu(product: str, aliases: Mapping[str, str] | None = None) -> str:
@@ -83,4 +86,7 @@ def canonical_gpu(product: str, aliases: Mapping[str, str] | None = None) -> str
         for spelled, key in aliases.items():
             if _spelling(spelled) == wanted:
                 return key.lower()
-    return _by_rule(name)
+    key = _by_rule(name)
+    if not key:
+        raise ValueError(f"GPU product name {product!r} has no model number (e.g. A100, RTX 4090)")
+    return key

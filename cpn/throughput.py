@@ -2,15 +2,23 @@
 
 The simulator's ground truth and the predictor's training data. Gavel's table
 names the GPU column `gpu_type` and adds `placement` (consolidated on one node
-or spread); both spellings are read. Extra columns are ignored.
+or spread); both spellings are read. Extra columns are ignored. Header names are
+matched ignoring case and spaces; UTF-8 with or without a byte-order mark, CRLF line
+ends, `;`- or tab-separated exports and whole numbers written `64.0` are read. A value
+that is malformed (not a number, negative, NaN, a fraction of a GPU, a row with too few
+or too many fields) is an error naming the file, the line and the column.
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
-from dataclasses import dataclass
+import difflib
+import math
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from config.settings import DATA_DIR
 from cpn.gpus import canonical_gpu
@@ -39,10 +47,108 @@ class ThroughputRow:
     num_gpus: int
     steps_per_sec: float
     consolidated: bool = True
+    source: str | None = field(default=None, compare=False, repr=False)
+    """Where the row was read (`file:line`), for error messages; None for rows made in code."""
+
+
+COLUMNS = ("model", "batch_size", "gpu_product", "num_gpus", "steps_per_sec")
+"""Required columns (DESIGN.md); `gpu_type` may stand for `gpu_product`, `placement` is optional."""
+
+PLACEMENTS = ("consolidated", "unconsolidated")
+
+
+def _column_name(name: str | None) -> str:
+    """How header names are compared: case, surrounding spaces and inner spaces/hyphens ignored."""
+    return re.sub(r"[\s-]+", "_", (name or "").strip().lower())
+
+
+def _whole(value: str, column: str) -> int:
+    """A positive whole number; `64.0` (as spreadsheets and pandas write integers) counts as 64."""
+    text = value.strip()
+    if not text:
+        raise ValueError(f"column {column}: empty; need a positive whole number")
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError(f"column {column}: {text!r} is not a number") from None
+    if not math.isfinite(number) or number != int(number) or number < 1:
+        raise ValueError(f"column {column}: must be a positive whole number, got {text!r}")
+    return int(number)
 
 
 def _batch(value: str) -> int | None:
-    return int(value) if value.strip() else None
+    return _whole(value, "batch_size") if value.strip() else None
+
+
+def _steps(value: str) -> float:
+    text = value.strip()
+    if not text:
+        raise ValueError(
+            "column steps_per_sec: empty; write 0 for a configuration measured not to run, or drop the row"
+        )
+    try:
+        number = float(text)
+    except ValueError:
+        hint = " (use '.' as the decimal point)" if "," in text else ""
+        raise ValueError(f"column steps_per_sec: {text!r} is not a number{hint}") from None
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"column steps_per_sec: must be a finite number >= 0, got {text!r}")
+    return number
+
+
+def _model(value: str) -> str:
+    name = value.strip()
+    if not any(ch.isalnum() for ch in name):
+        raise ValueError(f"column model: needs letters or digits, got {value!r}")
+    return name
+
+
+def _consolidated(value: str | None) -> bool:
+    text = (value or "").strip().lower()
+    if text and text not in PLACEMENTS:
+        raise ValueError(f"column placement: must be {' or '.join(PLACEMENTS)} (or empty), got {value!r}")
+    return text != "unconsolidated"
+
+
+def _delimiter(first_line: str) -> str:
+    """`,` unless the header line has none and is clearly `;`- or tab-separated (spreadsheet exports)."""
+    if "," not in first_line:
+        for sep in (";", "\t"):
+            if sep in first_line:
+                return sep
+    return ","
+
+
+def _header(path: Path, fieldnames: Sequence[str] | None) -> dict[str, int]:
+    """Required column -> index in the header; ThroughputFormatError naming what is missing."""
+    if not fieldnames:
+        raise ThroughputFormatError(
+            f"{path}: empty file; need a header line {','.join(COLUMNS)} and one row per measurement"
+        )
+    names = [_column_name(n) for n in fieldnames]
+    index: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if not name:
+            continue
+        if name in index:
+            raise ThroughputFormatError(f"{path}: column {name!r} appears twice in the header")
+        index[name] = i
+    if "gpu_product" not in index and "gpu_type" in index:
+        index["gpu_product"] = index["gpu_type"]
+    missing = [c for c in COLUMNS if c not in index]
+    if missing:
+        hints = []
+        for c in missing:
+            close = difflib.get_close_matches(c, [n for n in names if n not in COLUMNS], n=1, cutoff=0.6)
+            if close:
+                hints.append(f"is {close[0]!r} the {c} column? rename it")
+        found = ", ".join(repr(n) for n in fieldnames)
+        raise ThroughputFormatError(
+            f"{path}: missing column(s) {', '.join(missing)} (found {found}); need "
+            f"{','.join(COLUMNS)} (`gpu_type` may name the GPU column; steps_per_sec counts training "
+            f"steps per second, not samples){'; ' + '; '.join(hints) if hints else ''}"
+        )
+    return index
 
 
 class ThroughputTable:
@@ -58,42 +164,64 @@ class ThroughputTable:
 
     @classmethod
     def load(cls, path: Path | str = GAVEL_ISOLATED) -> ThroughputTable:
-        """Read a throughput CSV; raise ThroughputFormatError naming file, row and column."""
+        """Read a throughput CSV; raise ThroughputFormatError naming file, row and column.
+
+        Header names are matched ignoring case and surrounding spaces, a byte-order mark is
+        skipped, values may be padded with spaces, and whole numbers may be written `64.0`.
+        Anything else malformed is an error: nothing becomes a zero or is dropped silently.
+        """
         path = Path(path)
-        rows = []
         try:
-            with path.open(newline="") as fh:
-                reader = csv.DictReader(fh)
-                cols = set(reader.fieldnames or ())
-                gpu_col = "gpu_product" if "gpu_product" in cols else "gpu_type"
-                need = {"model", "batch_size", gpu_col, "num_gpus", "steps_per_sec"}
-                if not need <= cols:
-                    raise ThroughputFormatError(
-                        f"{path}: missing column(s) {sorted(need - cols)}; need "
-                        "model,batch_size,gpu_product,num_gpus,steps_per_sec"
-                    )
-                for lineno, rec in enumerate(reader, start=2):
-                    try:
-                        row = ThroughputRow(
-                            model=rec["model"].strip(),
-                            batch_size=_batch(rec["batch_size"]),
-                            gpu_type=canonical_gpu(rec[gpu_col]),
-                            num_gpus=int(rec["num_gpus"]),
-                            steps_per_sec=float(rec["steps_per_sec"]),
-                            consolidated=rec.get("placement", "consolidated") != "unconsolidated",
-                        )
-                    except (ValueError, TypeError, AttributeError) as exc:
-                        raise ThroughputFormatError(f"{path}:{lineno}: {exc}") from None
-                    if not row.model:
-                        raise ThroughputFormatError(f"{path}:{lineno}: column model: empty")
-                    if row.num_gpus < 1 or row.steps_per_sec < 0:
-                        raise ThroughputFormatError(
-                            f"{path}:{lineno}: num_gpus must be >= 1 and steps_per_sec >= 0"
-                        )
-                    rows.append(row)
+            with path.open(newline="", encoding="utf-8-sig") as fh:
+                rows = cls._read(path, fh)
         except FileNotFoundError:
             raise ThroughputFormatError(f"{path}: file not found") from None
+        except UnicodeDecodeError as exc:
+            raise ThroughputFormatError(
+                f"{path}: not UTF-8 text (byte {exc.start}); save the table as UTF-8 CSV"
+            ) from None
+        except OSError as exc:
+            raise ThroughputFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
         return cls(rows)
+
+    @staticmethod
+    def _read(path: Path, fh: TextIO) -> list[ThroughputRow]:
+        first = fh.readline()
+        fh.seek(0)
+        reader = csv.reader(fh, delimiter=_delimiter(first), skipinitialspace=True)
+        header = next(reader, None)
+        col = _header(path, header)
+        width = len(header or ())
+        rows = []
+        for rec in reader:
+            lineno = reader.line_num
+            if not rec or all(not v.strip() for v in rec):
+                continue
+            where = f"{path}:{lineno}"
+            if len(rec) > width and not any(v.strip() for v in rec[width:]):
+                rec = rec[:width]  # trailing empty fields, as spreadsheets write them
+            if len(rec) != width:
+                raise ThroughputFormatError(
+                    f"{where}: {len(rec)} fields, the header has {width} (quote values that contain "
+                    "the separator)"
+                )
+            try:
+                gpu = rec[col["gpu_product"]]
+                if not gpu.strip():
+                    raise ValueError(f"column {header[col['gpu_product']].strip()}: empty GPU product name")
+                row = ThroughputRow(
+                    model=_model(rec[col["model"]]),
+                    batch_size=_batch(rec[col["batch_size"]]),
+                    gpu_type=canonical_gpu(gpu),
+                    num_gpus=_whole(rec[col["num_gpus"]], "num_gpus"),
+                    steps_per_sec=_steps(rec[col["steps_per_sec"]]),
+                    consolidated=_consolidated(rec[col["placement"]] if "placement" in col else None),
+                    source=where,
+                )
+            except ValueError as exc:
+                raise ThroughputFormatError(f"{where}: {exc}") from None
+            rows.append(row)
+        return rows
 
     def __iter__(self) -> Iterator[ThroughputRow]:
         return iter(self.rows)

@@ -66,42 +66,79 @@ class GpuProfile:
         return sum(math.log(s) for s in self.scores) / len(self.scores)
 
 
-class BenchmarkCatalog:
-    """GPU types with their benchmark scores and specs, looked up by any spelling of the product."""
+SPEC_FIELDS = ("memory_gb", "mem_bw_gbps", "fp32_tflops")
+"""GPU spec figures the predictor uses as features (GpuProfile attributes)."""
 
-    def __init__(self, config: BenchmarksConfig, devices_csv: Path | str = DEVICES_CSV) -> None:
+
+class BenchmarkCatalog:
+    """GPU types with their benchmark scores and specs, looked up by any spelling of the product.
+
+    A spec figure neither the benchmarks file nor devices.csv gives is NaN: the predictor's
+    tree models treat it as missing. `missing_specs` lists them and `spec_warning()` says so.
+    """
+
+    def __init__(
+        self,
+        config: BenchmarksConfig,
+        devices_csv: Path | str = DEVICES_CSV,
+        source: str = "the benchmarks file",
+    ) -> None:
         self.config = config
+        self.source = source
+        """Where the config came from (a path), for messages."""
         self.workloads = tuple(config.workloads)
-        devices = (
-            _read_devices(Path(devices_csv)) if any(e.spec is None for e in config.gpus.values()) else {}
+        needs_devices = any(
+            e.spec is None or any(getattr(e.spec, f) is None for f in SPEC_FIELDS)
+            for e in config.gpus.values()
         )
+        devices = _read_devices(Path(devices_csv)) if needs_devices else {}
+        self.missing_specs: dict[str, tuple[str, ...]] = {}
+        """GPU key -> spec figures known nowhere (NaN features)."""
         self._profiles: dict[str, GpuProfile] = {}
         for key, entry in config.gpus.items():
             if canonical_gpu(key) != key:
-                raise BenchmarkError(f"gpus.{key}: not a canonical GPU key; write {canonical_gpu(key)!r}")
+                raise BenchmarkError(
+                    f"{source}: gpus.{key}: not a canonical GPU key; write {canonical_gpu(key)!r}"
+                )
             self._profiles[key] = self._profile(key, entry.scores, entry, devices)
         self._nodes = {
             name: self._profile(n.gpu, {**config.gpus[n.gpu].scores, **n.scores}, config.gpus[n.gpu], devices)
             for name, n in config.nodes.items()
         }
 
+    def __setstate__(self, state: dict) -> None:
+        # Catalogs pickled before missing specs were allowed had every figure.
+        state.setdefault("missing_specs", {})
+        state.setdefault("source", "the benchmarks file")
+        self.__dict__.update(state)
+
     @classmethod
     def load(cls, path: Path | str = BENCHMARKS_YAML) -> BenchmarkCatalog:
         """Catalog from a benchmarks YAML file (ConfigError if the file is invalid)."""
-        return cls(load_benchmarks(path))
+        return cls(load_benchmarks(path), source=str(path))
 
     def _profile(self, key: str, scores: Mapping[str, float], entry: GpuEntry, devices: dict) -> GpuProfile:
-        spec = entry.spec
-        if spec is not None:
-            figures = (spec.memory_gb, spec.mem_bw_gbps, spec.fp32_tflops)
-        elif key in devices:
-            figures = devices[key]
-        else:
-            raise BenchmarkError(
-                f"gpus.{key}: no spec in the benchmarks file and no row in {DEVICES_CSV.name}; add "
-                "`spec: {memory_gb, mem_bw_gbps, fp32_tflops, source}` under it"
-            )
+        figures = []
+        for i, name in enumerate(SPEC_FIELDS):
+            value = getattr(entry.spec, name) if entry.spec is not None else None
+            if value is None and key in devices:
+                value = devices[key][i]
+            figures.append(math.nan if value is None else float(value))
+        missing = tuple(name for name, v in zip(SPEC_FIELDS, figures, strict=True) if math.isnan(v))
+        if missing:
+            self.missing_specs[key] = missing
         return GpuProfile(key, tuple(scores[w] for w in self.workloads), *figures)
+
+    def spec_warning(self) -> str | None:
+        """What is missing from the GPU specs and what the predictor does about it; None if nothing."""
+        if not self.missing_specs:
+            return None
+        gpus = "; ".join(f"gpus.{k}: no spec figure {', '.join(v)}" for k, v in self.missing_specs.items())
+        return (
+            f"{self.source}: {gpus} (neither the file's `spec:` nor {DEVICES_CSV.name} has them); the "
+            "predictor treats them as missing features. Add `spec: {memory_gb, mem_bw_gbps, fp32_tflops, "
+            "source}` under the GPU to use them"
+        )
 
     def find(self, gpu_type: str, node: str | None = None) -> GpuProfile | None:
         """Profile of a GPU type (with `node`'s own scores if it has some); None if the type is unknown."""

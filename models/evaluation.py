@@ -24,8 +24,8 @@ import numpy as np
 
 from cpn.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
-from models.estimators import Prediction, make_estimator
-from models.features import Query, model_key, query_of
+from models.estimators import Estimator, Prediction, make_estimator
+from models.features import PredictorInputError, Query, model_key, query_of
 
 SPLITS = ("random", "leave_gpu_out", "leave_model_out")
 """Splits every evaluation reports."""
@@ -74,6 +74,35 @@ def folds(rows: Sequence[ThroughputRow], split: str, seed: int = 0) -> list[tupl
     return [(np.flatnonzero(groups != v), np.flatnonzero(groups == v)) for v in values]
 
 
+def skip_reason(rows: Sequence[ThroughputRow], split: str) -> str | None:
+    """Why `split` cannot be run on `rows` (None if it can): what it needs and what the data has."""
+    if split == "random":
+        n = len({config_key(r) for r in rows})
+        if n < RANDOM_FOLDS:
+            return f"needs >= {RANDOM_FOLDS} distinct configurations, the data has {n}"
+        return None
+    what, values = {
+        "leave_gpu_out": ("GPU types", {r.gpu_type for r in rows}),
+        "leave_model_out": ("models", {model_key(r.model) for r in rows}),
+    }[split]
+    if len(values) < 2:
+        return f"needs >= 2 {what}, the data has {len(values)} ({', '.join(sorted(values)) or 'none'})"
+    return None
+
+
+def predict_rows(est: Estimator, rows: Sequence[ThroughputRow]) -> Prediction:
+    """Predictions for measured rows; a row the estimator cannot take is named (file:line) in the error."""
+    try:
+        return est.predict([query_of(r) for r in rows])
+    except PredictorInputError:
+        for r in rows:
+            try:
+                est.predict([query_of(r)])
+            except PredictorInputError as exc:
+                raise PredictorInputError(f"{r.source or r}: {exc}") from None
+        raise
+
+
 def metrics(actual: np.ndarray, prediction: Prediction, gpu_types: Sequence[str]) -> dict[str, Any]:
     """Scores of predicted vs actual steps/s.
 
@@ -111,7 +140,7 @@ def out_of_fold(
     mean, spread, seen = np.empty(len(rows)), np.empty(len(rows)), np.empty(len(rows), dtype=bool)
     for train, test in splits:
         est = make_estimator(estimator, catalog, seed, **(params or {})).fit([rows[i] for i in train])
-        p = est.predict([query_of(rows[i]) for i in test])
+        p = predict_rows(est, [rows[i] for i in test])
         mean[test], spread[test], seen[test] = p.log_steps_per_sec, p.log_spread, p.seen
     return Prediction(mean, spread, seen)
 
@@ -153,32 +182,41 @@ def bench(
     """Every split for every estimator, with timings and the issue's targets for the default estimator.
 
     Shape: {"splits": {split: {estimator: metrics}}, "train_s": {...}, "predict_1000_ms": {...},
-    "targets": [...], "rows": n, "skipped_splits": [...]}.
+    "targets": [...], "rows": n, "skipped_splits": [...], "skipped_reasons": {split: why}}.
+    A split the data cannot support (one GPU type, one model, fewer than 5 configurations) is
+    skipped, not an error; PredictorInputError names the row (file:line) a model cannot predict.
     """
     rows = list(rows)
     actual = np.array([r.steps_per_sec for r in rows])
     gpu_types = [r.gpu_type for r in rows]
     report: dict[str, Any] = {"splits": {}, "train_s": {}, "predict_1000_ms": {}, "rows": len(rows)}
-    skipped = []
+    if not rows:
+        raise PredictorInputError("no training rows (steps_per_sec > 0, consolidated)")
+    skipped: dict[str, str] = {}
     for split in SPLITS:
+        if (reason := skip_reason(rows, split)) is not None:
+            skipped[split] = reason
+            continue
         for name in estimators:
             predicted = out_of_fold(rows, catalog, name, split, seed)
-            if predicted is None:
-                skipped.append(split)
+            if predicted is None:  # skip_reason and folds agree; kept for safety
+                skipped[split] = "the data cannot support it"
                 break
             report["splits"].setdefault(split, {})[name] = metrics(actual, predicted, gpu_types)
     if test_rows is not None:
+        if not test_rows:
+            raise PredictorInputError("no test rows (steps_per_sec > 0, consolidated)")
         test_actual = np.array([r.steps_per_sec for r in test_rows])
-        queries = [query_of(r) for r in test_rows]
         for name in estimators:
             est = make_estimator(name, catalog, seed).fit(rows)
-            predicted = est.predict(queries)
+            predicted = predict_rows(est, test_rows)
             report["splits"].setdefault("external", {})[name] = metrics(
                 test_actual, predicted, [r.gpu_type for r in test_rows]
             )
     for name in estimators:
         report["train_s"][name], report["predict_1000_ms"][name] = timing(rows, catalog, name, seed)
-    report["skipped_splits"] = skipped
+    report["skipped_splits"] = list(skipped)
+    report["skipped_reasons"] = skipped
     report["targets"] = [t.__dict__ | {"met": t.met} for t in targets(report)]
     return report
 
@@ -209,8 +247,10 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append(
                 f"{split:<16} {name:<9} {m['mape']:7.1%} {m['median_ape']:7.1%} {r2} {cover}  {per_gpu}"
             )
+    reasons = report.get("skipped_reasons", {})
     for split in report.get("skipped_splits", []):
-        lines.append(f"{split:<16} (skipped: the data has too few distinct values to hold one out)")
+        why = reasons.get(split, "the data has too few distinct values to hold one out")
+        lines.append(f"{split:<16} (skipped: {why})")
     lines.append("R2 of log steps/s; cover: share of rows within the estimator's raw spread (a calibrated")
     lines.append("spread covers 0.68; the served Predictor rescales it on out-of-fold errors)")
     lines.append("")

@@ -143,7 +143,11 @@ def holdout_split(
     keys = sorted({config_key(r) for r in rows}, key=repr)
     n_out = int(round(len(keys) * fraction))
     if n_out < 1 or n_out >= len(keys):
-        raise PredictorInputError(f"cannot hold out {fraction:.0%} of {len(keys)} configurations")
+        least = next((n for n in range(2, 10_000) if 1 <= round(n * fraction) < n), None)
+        raise PredictorInputError(
+            f"cannot hold out {fraction:.0%} of {len(keys)} distinct configurations (model, batch size, "
+            f"GPU type, GPU count) and train on the rest; the table needs at least {least}"
+        )
     held = {keys[i] for i in np.random.default_rng(seed).permutation(len(keys))[:n_out]}
     return [r for r in rows if config_key(r) not in held], [r for r in rows if config_key(r) in held]
 
@@ -310,9 +314,13 @@ def train_and_register(
 
 
 def _load_version(tracking_uri: str, name: str, version: str) -> Predictor:
-    path = download_artifacts(
-        artifact_uri=f"models:/{name}/{version}", tracking_uri=tracking_uri, registry_uri=tracking_uri
-    )
+    # Ask this store's client where the version's files are: `download_artifacts("models:/NAME/V")`
+    # follows the version's source (`models:/m-...`, a logged model) through MLflow's *process-wide*
+    # registry, so a fresh process (`cpn predictor predict --tracking-uri X`) looked in ./mlflow.db and
+    # failed, or loaded another store's model of the same name.
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    location = client.get_model_version_download_uri(name, version)
+    path = download_artifacts(artifact_uri=location, tracking_uri=tracking_uri)
     return mlflow.pyfunc.load_model(path).unwrap_python_model().predictor
 
 

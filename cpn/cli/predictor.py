@@ -113,13 +113,55 @@ def _mlflow_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _load_inputs(args: argparse.Namespace):
+def _load_inputs(args: argparse.Namespace, command: str):
+    """(training rows, catalog, data path): the table checked against the catalog, warnings on stderr."""
     from models.benchmarks import BenchmarkCatalog
-    from models.features import training_rows
 
     catalog = BenchmarkCatalog.load(args.benchmarks or BENCHMARKS_YAML)
+    if (warning := catalog.spec_warning()) is not None:
+        print(f"cpn {command}: warning: {warning}", file=sys.stderr)
     data = args.data or str(GAVEL_ISOLATED)
-    return training_rows(ThroughputTable.load(data)), catalog, data
+    return _usable_rows(data, catalog, "--data"), catalog, data
+
+
+def _usable_rows(path: str, catalog, option: str) -> list:
+    """Rows of the table at `path` the predictor learns from or is scored on, checked against `catalog`.
+
+    PredictorInputError (naming the file, the first line of each problem and the fix) when no row is
+    usable or a GPU type is not in the benchmarks file.
+    """
+    from models.features import PredictorInputError, training_rows
+
+    table = ThroughputTable.load(path)
+    rows = training_rows(table)
+    zero = sum(r.steps_per_sec == 0 for r in table)
+    spread = sum(not r.consolidated for r in table)
+    if not rows:
+        raise PredictorInputError(
+            f"{option} {path}: no usable rows ({len(table.rows)} data rows: {zero} with steps_per_sec 0, "
+            f"{spread} unconsolidated); the predictor needs rows with steps_per_sec > 0 measured on one node"
+        )
+    if len(rows) < len(table.rows):
+        print(
+            f"note: {option} {path}: using {len(rows)} of {len(table.rows)} rows; left out: {zero} with "
+            f"steps_per_sec 0 (measured not to run), {spread} unconsolidated (cpn places a job on one node)",
+            file=sys.stderr,
+        )
+    unknown: dict[str, list] = {}
+    for r in rows:
+        if catalog.find(r.gpu_type) is None:
+            unknown.setdefault(r.gpu_type, []).append(r)
+    if unknown:
+        listed = "; ".join(
+            f"unknown GPU type {gpu!r} ({len(rs)} row{'s' * (len(rs) != 1)}, first at {rs[0].source or path})"
+            for gpu, rs in unknown.items()
+        )
+        raise PredictorInputError(
+            f"{option} {path}: {listed}. {catalog.source} scores only {', '.join(catalog.gpu_types())}; "
+            f"add each missing type under `gpus:` with scores for {', '.join(catalog.workloads)} (and "
+            "`spec:` if known), or remove its rows"
+        )
+    return rows
 
 
 def _fail(command: str, exc: Exception) -> int:
@@ -135,21 +177,55 @@ def _input_errors() -> tuple[type[Exception], ...]:
     return ConfigError, ThroughputFormatError, BenchmarkError, PredictorInputError
 
 
+def _check_estimators(names: list[str]) -> None:
+    from models.estimators import ESTIMATORS
+    from models.features import PredictorInputError
+
+    unknown = [n for n in names if n not in ESTIMATORS]
+    if unknown:
+        raise PredictorInputError(
+            f"--estimators: unknown {', '.join(map(repr, unknown))}; known: {', '.join(ESTIMATORS)}"
+        )
+
+
+def _check_writable(path: str, option: str) -> None:
+    """Refuse an output path that cannot be written before any work is done."""
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigError(f"{option} {path}: is a folder; give a file name")
+    parent = next((p for p in target.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ConfigError(f"{option} {path}: {parent} is a file, not a folder")
+
+
+def _write(path: str, text: str, command: str, option: str) -> int:
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+    except OSError as exc:
+        return _fail(command, ConfigError(f"{option} {path}: cannot write: {exc.strerror or exc}"))
+    return 0
+
+
 def run_bench(args: argparse.Namespace) -> int:
     """`cpn bench predictor`: print the evaluation table; exit 2 on unusable inputs."""
     from models.evaluation import bench, format_report
-    from models.features import training_rows
 
+    command = "bench predictor"
     try:
-        rows, catalog, _ = _load_inputs(args)
-        test = training_rows(ThroughputTable.load(args.test)) if args.test else None
-        report = bench(rows, catalog, _names(args.estimators), test_rows=test, seed=args.seed)
+        names = _names(args.estimators)
+        _check_estimators(names)
+        if args.json_out:
+            _check_writable(args.json_out, "--json")
+        rows, catalog, _ = _load_inputs(args, command)
+        test = _usable_rows(args.test, catalog, "--test") if args.test else None
+        report = bench(rows, catalog, names, test_rows=test, seed=args.seed)
     except _input_errors() as exc:
-        return _fail("bench predictor", exc)
+        return _fail(command, exc)
     print(format_report(report))
     if args.json_out:
-        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
+        if _write(args.json_out, json.dumps(report, indent=2) + "\n", command, "--json"):
+            return 2
         print(f"\nwrote {args.json_out}")
     return 0
 
@@ -159,11 +235,13 @@ def run_train(args: argparse.Namespace) -> int:
     from models.registry import train_and_register
 
     try:
-        rows, catalog, data = _load_inputs(args)
+        names = _names(args.estimators)
+        _check_estimators(names)
+        rows, catalog, data = _load_inputs(args, "predictor train")
         results = train_and_register(
             rows,
             catalog,
-            estimators=_names(args.estimators),
+            estimators=names,
             tracking_uri=args.tracking_uri,
             experiment=args.experiment,
             model_name=args.model_name,
@@ -205,31 +283,38 @@ def run_predict(args: argparse.Namespace) -> int:
 def run_ingest(args: argparse.Namespace) -> int:
     """`cpn predictor ingest`: parse benchmark logs, merge, validate, write a benchmarks YAML."""
     from config.benchmarks import dump_benchmarks, load_benchmarks
-    from models.benchmarks import BenchmarkCatalog, BenchmarkError, merge_results, parse_benchmark_log
+    from models.benchmarks import BenchmarkCatalog, merge_results, parse_benchmark_log
 
+    command = "predictor ingest"
     try:
+        _check_writable(args.out, "--out")
         results = []
         for log in args.logs:
             try:
                 text = Path(log).read_text()
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{log}: not a text log (byte {exc.start} is not UTF-8)") from None
             except OSError as exc:
                 raise ConfigError(f"{log}: cannot read: {exc.strerror}") from None
             results += parse_benchmark_log(text, source=log)
         merged = merge_results(results, load_benchmarks(args.benchmarks) if args.benchmarks else None)
+        catalog = BenchmarkCatalog(merged, source=args.out)
     except _input_errors() as exc:
-        return _fail("predictor ingest", exc)
-    dump_benchmarks(merged, args.out)
+        return _fail(command, exc)
+    try:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        dump_benchmarks(merged, args.out)
+    except OSError as exc:
+        return _fail(command, ConfigError(f"--out {args.out}: cannot write: {exc.strerror or exc}"))
     nodes = sorted({r.node for r in results})
     print(f"wrote {args.out}: {len(results)} results from {len(nodes)} node(s): {', '.join(nodes)}")
-    try:
-        BenchmarkCatalog(merged)
-    except BenchmarkError as exc:
-        print(f"before the predictor can use it: {exc}", file=sys.stderr)
+    if (warning := catalog.spec_warning()) is not None:
+        print(f"cpn {command}: warning: {warning}", file=sys.stderr)
     return 0
 
 
 def _names(csv_names: str) -> list[str]:
     names = [n.strip() for n in csv_names.split(",") if n.strip()]
     if not names:
-        raise SystemExit("cpn: --estimators names no estimator")
+        raise ConfigError("--estimators names no estimator")
     return names
