@@ -130,7 +130,8 @@ class Features:
     """Feature matrix of a list of queries, with the prior each prediction is relative to."""
 
     X: np.ndarray
-    """Shape (n, len(feature_names)), float64; NaN only for the batch size of fixed-batch models."""
+    """Shape (n, len(feature_names)), float64; NaN for the batch size of fixed-batch models and for the
+    specs (bandwidth, TFLOPS, memory) of a GPU type whose specs nobody gave; never a made-up zero."""
     prior: np.ndarray
     """Analytical prior of log steps/s per query (see module docstring)."""
     log_speed: np.ndarray

@@ -1,7 +1,10 @@
 """GPU memory per card, learnt from what completed jobs actually used.
 
 Throughput tables carry no memory figures, so this model starts empty and learns from
-completed jobs' measured peak memory per GPU (DCGM framebuffer used). Per model:
+completed jobs' measured peak memory per GPU (DCGM framebuffer used). Per model, over
+the samples measured at the query's GPU count when there are any (a data-parallel gang
+keeps gradient buckets and communication buffers a one-card run does not), else over
+all its samples (an upper bound for a count never measured):
 - a batch size seen before: the largest memory measured at it;
 - two or more batch sizes seen: a least-squares line over batch size (weights and
   workspace are the intercept, activations the slope), never below the smallest
@@ -30,6 +33,8 @@ class MemorySample:
     model: str
     batch_size: int | None
     gpu_mem_gb: float
+    num_gpus: int | None = None
+    """Cards of the run; None = unknown (the sample then counts for every GPU count)."""
 
     def __post_init__(self) -> None:
         if not (
@@ -47,18 +52,29 @@ class MemoryModel:
 
     def __init__(self, samples: Sequence[MemorySample] = ()) -> None:
         peaks: dict[str, dict[int | None, float]] = defaultdict(dict)
+        by_count: dict[tuple[str, int], dict[int | None, float]] = defaultdict(dict)
         for s in samples:
-            by_batch = peaks[model_key(s.model)]
-            by_batch[s.batch_size] = max(by_batch.get(s.batch_size, 0.0), float(s.gpu_mem_gb))
+            key = model_key(s.model)
+            tables = [peaks[key]] + ([by_count[(key, s.num_gpus)]] if s.num_gpus is not None else [])
+            for by_batch in tables:
+                by_batch[s.batch_size] = max(by_batch.get(s.batch_size, 0.0), float(s.gpu_mem_gb))
         self._peaks = dict(peaks)
+        self._by_count = dict(by_count)
+
+    def __setstate__(self, state: dict) -> None:
+        # Models pickled before GPU counts were recorded pool every sample.
+        state.setdefault("_by_count", {})
+        self.__dict__.update(state)
 
     def models(self) -> list[str]:
         """Model keys with at least one measurement."""
         return sorted(self._peaks)
 
-    def predict(self, model: str, batch_size: int | None) -> float | None:
-        """GPU memory per card in GB, or None if the model was never measured."""
-        by_batch = self._peaks.get(model_key(model))
+    def predict(self, model: str, batch_size: int | None, num_gpus: int | None = None) -> float | None:
+        """GPU memory per card in GB on `num_gpus` cards (None = any count), or None if the model was
+        never measured."""
+        key = model_key(model)
+        by_batch = self._by_count.get((key, num_gpus)) or self._peaks.get(key)
         if not by_batch:
             return None
         if batch_size in by_batch:

@@ -71,12 +71,21 @@ class Predictor:
                 raise PredictorInputError(f"job {job.job_id}: total_steps must be a positive integer")
             return job.total_steps
         spg = self._samples_per_gb.get(model_key(job.model))
-        if spg is None or not job.batch_size or not job.epochs or not job.data_size_gb > 0:
+        why = []
+        if spg is None:
+            why.append(f"samples_per_gb for model {job.model!r} in the benchmarks file")
+        if not job.batch_size:
+            why.append("a batch size")
+        if isinstance(job.epochs, bool) or not isinstance(job.epochs, int) or job.epochs < 1:
+            why.append(f"epochs a positive integer (got {job.epochs!r})")
+        size = job.data_size_gb
+        if isinstance(size, bool) or not isinstance(size, int | float) or not (0 < size < math.inf):
+            why.append(f"data_size_gb a positive number (got {size!r})")
+        if why:
             raise PredictorInputError(
-                f"job {job.job_id}: no total_steps, and steps cannot be derived: need epochs, batch size, "
-                f"data_size_gb > 0 and samples_per_gb for model {job.model!r} in the benchmarks file"
+                f"job {job.job_id}: no total_steps, and steps cannot be derived: need {'; '.join(why)}"
             )
-        return job.epochs * math.ceil(job.data_size_gb * spg / job.batch_size)
+        return job.epochs * math.ceil(size * spg / job.batch_size)
 
     def estimate(self, job: JobSpec, gpu_type: str, node: str | None = None) -> Estimate:
         """Runtime, memory, uncertainty and explore flag of `job` on `gpu_type` (optionally one node)."""
@@ -113,7 +122,7 @@ class Predictor:
         return [
             Estimate(
                 runtime_s=float(runtime[i]),
-                gpu_mem_gb=self.memory.predict(job.model, job.batch_size),
+                gpu_mem_gb=self.memory.predict(job.model, job.batch_size, job.num_gpus),
                 uncertainty=float(uncertainty[i]),
                 explore=not bool(pred.seen[i]),
             )

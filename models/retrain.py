@@ -66,7 +66,9 @@ class Observation:
 
     def memory_sample(self) -> MemorySample | None:
         """The measured GPU memory, if any."""
-        return None if self.gpu_mem_gb is None else MemorySample(self.model, self.batch_size, self.gpu_mem_gb)
+        if self.gpu_mem_gb is None:
+            return None
+        return MemorySample(self.model, self.batch_size, self.gpu_mem_gb, self.num_gpus)
 
 
 def retrain(

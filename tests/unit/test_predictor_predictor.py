@@ -112,11 +112,22 @@ def test_memory_model_rules():
         MemorySample("LM", 10, 0.0)
 
 
+def test_memory_follows_the_gpu_count_where_it_was_measured():
+    """A gang keeps gradient buckets and NCCL buffers a one-card run does not: a one-card job is served
+    the one-card figure, a count never measured the largest figure of any count (an upper bound)."""
+    memory = MemoryModel([MemorySample("LM", 10, 4.0, num_gpus=1), MemorySample("LM", 10, 4.6, num_gpus=4)])
+    assert memory.predict("LM", 10, 1) == 4.0
+    assert memory.predict("LM", 10, 4) == 4.6
+    assert memory.predict("LM", 10, 2) == 4.6
+    assert memory.predict("LM", 10) == 4.6
+    assert memory.predict("LM", 20, 1) == 8.0  # one batch seen at that count: scaled in proportion
+
+
 def test_observation_becomes_a_row_and_a_memory_sample():
     obs = Observation("LM", 20, "Tesla-V100-SXM2-16GB", 2, total_steps=6000, runtime_s=120.0, gpu_mem_gb=7.5)
     row = obs.row()
     assert (row.gpu_type, row.steps_per_sec, row.consolidated) == ("v100", 50.0, True)
-    assert obs.memory_sample() == MemorySample("LM", 20, 7.5)
+    assert obs.memory_sample() == MemorySample("LM", 20, 7.5, num_gpus=2)
     assert Observation("LM", 20, "v100", 2, 6000, 120.0).memory_sample() is None
 
 
