@@ -16,7 +16,7 @@ largest rows), and MAPE per GPU type.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,8 +178,11 @@ def bench(
     estimators: Sequence[str] = ("rf", "xgb", "baseline"),
     test_rows: Sequence[ThroughputRow] | None = None,
     seed: int = 0,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """Every split for every estimator, with timings and the issue's targets for the default estimator.
+
+    `progress` is told each step (split and estimator) before it starts.
 
     Shape: {"splits": {split: {estimator: metrics}}, "train_s": {...}, "predict_1000_ms": {...},
     "targets": [...], "rows": n, "skipped_splits": [...], "skipped_reasons": {split: why}}.
@@ -198,6 +201,7 @@ def bench(
             skipped[split] = reason
             continue
         for name in estimators:
+            progress(f"{split}: {name} ({len(folds(rows, split, seed))} folds)")
             predicted = out_of_fold(rows, catalog, name, split, seed)
             if predicted is None:  # skip_reason and folds agree; kept for safety
                 skipped[split] = "the data cannot support it"
@@ -208,12 +212,14 @@ def bench(
             raise PredictorInputError("no test rows (steps_per_sec > 0, consolidated)")
         test_actual = np.array([r.steps_per_sec for r in test_rows])
         for name in estimators:
+            progress(f"external: {name} (trained on all {len(rows)} rows, {len(test_rows)} test rows)")
             est = make_estimator(name, catalog, seed).fit(rows)
             predicted = predict_rows(est, test_rows)
             report["splits"].setdefault("external", {})[name] = metrics(
                 test_actual, predicted, [r.gpu_type for r in test_rows]
             )
     for name in estimators:
+        progress(f"timing: {name}")
         report["train_s"][name], report["predict_1000_ms"][name] = timing(rows, catalog, name, seed)
     report["skipped_splits"] = list(skipped)
     report["skipped_reasons"] = skipped

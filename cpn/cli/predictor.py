@@ -8,6 +8,7 @@ not load MLflow.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -219,7 +220,12 @@ def run_bench(args: argparse.Namespace) -> int:
             _check_writable(args.json_out, "--json")
         rows, catalog, _ = _load_inputs(args, command)
         test = _usable_rows(args.test, catalog, "--test") if args.test else None
-        report = bench(rows, catalog, names, test_rows=test, seed=args.seed)
+        step = itertools.count(1)
+
+        def progress(msg: str) -> None:
+            print(f"cpn {command}: [{next(step)}] {msg} ...", file=sys.stderr, flush=True)
+
+        report = bench(rows, catalog, names, test_rows=test, seed=args.seed, progress=progress)
     except _input_errors() as exc:
         return _fail(command, exc)
     print(format_report(report))

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from config.benchmarks import BenchmarksConfig, load_benchmarks
-from config.settings import ConfigError
+from config.settings import REPO_ROOT, ConfigError
 from cpn.cli.predictor import register, register_bench
 from cpn.gpus import canonical_gpu
 from cpn.jobs import JobSpec
@@ -392,3 +392,11 @@ def test_steps_from_epochs_refuse_values_that_give_negative_or_infinite_runtimes
     job = JobSpec(job_id="j", model="ResNet-50", batch_size=32, epochs=epochs, data_size_gb=size)
     with pytest.raises(PredictorInputError, match=message):
         predictor.estimate(job, "t4")
+
+
+def test_the_shipped_synthetic_example_is_usable_as_documented():
+    """examples/predictor: every GPU type of the table is in its benchmarks file."""
+    folder = REPO_ROOT / "examples" / "predictor"
+    table = ThroughputTable.load(folder / "synthetic.csv")
+    catalog = BenchmarkCatalog.load(folder / "synthetic-benchmarks.yaml")
+    assert len(table.gpu_types()) == 6 and set(table.gpu_types()) == set(catalog.gpu_types())
