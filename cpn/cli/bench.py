@@ -51,6 +51,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "log-normal error), or predictor (the random forest trained on --throughputs) (default: %(default)s)",
     )
     p.add_argument(
+        "--benchmarks",
+        help="benchmark scores and specs per GPU type for --estimates predictor, for GPU types cpn does not "
+        "ship scores for (default: config/benchmarks.yaml; format: docs/predictor.md)",
+    )
+    p.add_argument(
         "--cpu-threshold", type=float, default=0.7, help="node CPU load cap (default: %(default)s)"
     )
     p.add_argument("--json", help="write the figures as JSON here")
@@ -63,21 +68,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     register_bench(bench_sub)
 
 
-def _trained_predictor(throughputs: str):
-    """The default random-forest predictor trained on the throughput table (no MLflow involved)."""
+def _trained_predictor(throughputs: str, benchmarks: str | None):
+    """The default random-forest predictor trained on the throughput table (no MLflow involved), with the
+    GPU types of `benchmarks` (None: the shipped file)."""
     from models.benchmarks import BenchmarkCatalog
     from models.features import training_rows
     from models.predictor import fit_predictor
 
     print("training the predictor on the throughput table ...", file=sys.stderr, flush=True)
-    return fit_predictor(training_rows(ThroughputTable.load(throughputs)), BenchmarkCatalog.load())
+    catalog = BenchmarkCatalog.load(benchmarks) if benchmarks else BenchmarkCatalog.load()
+    return fit_predictor(training_rows(ThroughputTable.load(throughputs)), catalog)
 
 
 def run_policies(args: argparse.Namespace) -> int:
     """Run the policy benchmark; exit 2 on bad input."""
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     try:
-        estimator = _trained_predictor(args.throughputs) if args.estimates == "predictor" else None
+        if args.benchmarks and args.estimates != "predictor":
+            raise ValueError("--benchmarks is for --estimates predictor")
+        estimator = (
+            _trained_predictor(args.throughputs, args.benchmarks) if args.estimates == "predictor" else None
+        )
         result = bench_policies(
             args.clusters,
             args.throughputs,

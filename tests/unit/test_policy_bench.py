@@ -70,3 +70,33 @@ def test_cli_writes_json_and_rejects_unknown_policy(tmp_path, capsys):
     assert json.loads(out.read_text())["policies"]["fifo"]["succeeded"] == 3
     assert main([*args, "--policies", "fifo,lottery"]) == 2
     assert "lottery" in capsys.readouterr().err
+
+
+def test_predictor_estimates_on_gpu_types_cpn_ships_no_scores_for(tmp_path, capsys):
+    """A100 and L4 clusters, the synthetic table as ground truth: the predictor needs --benchmarks."""
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text(
+        "clusters:\n"
+        "  - name: east\n"
+        "    node_groups:\n"
+        "      - {name: a, gpu_product: NVIDIA-A100-SXM4-80GB, gpus_per_node: 4, gpu_memory_gb: 80,"
+        " cpu_cores: 64}\n"
+        "  - name: west\n"
+        "    node_groups:\n"
+        "      - {name: l, gpu_product: NVIDIA-L4, gpus_per_node: 4, gpu_memory_gb: 24, cpu_cores: 64}\n"
+        "wan_gbps: {east: {west: 10}}\n"
+    )
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "job_id,arrival_s,model,batch_size,num_gpus,total_steps\n"
+        "j1,0,ResNet-50,64,1,14400\nj2,0,BERT-base,32,2,27000\nj3,60,PPO,,1,5000\n"
+    )
+    example = REPO_ROOT / "examples" / "predictor"
+    args = ["bench", "policies", "--clusters", str(clusters), "--trace", str(trace), "--policies", "greedy"]
+    args += ["--throughputs", str(example / "synthetic.csv"), "--estimates", "predictor"]
+    assert main(args) == 2
+    assert "unknown GPU type" in capsys.readouterr().err
+    out = tmp_path / "out.json"
+    benchmarks = str(example / "synthetic-benchmarks.yaml")
+    assert main([*args, "--benchmarks", benchmarks, "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["policies"]["greedy"]["succeeded"] == 3
