@@ -167,6 +167,9 @@ class FeatureBuilder:
         self._fixed_batch: set[str] = set()
         self._default_ref = 0.0
         self._speeds: dict[str, float] = {}
+        self._measured_nb: dict[tuple[str, int | None, str, int], tuple[list[float], float, int]] = {}
+        """Neighbour estimates of each measured configuration (they leave that configuration out, so a
+        query for it gets the same as its training rows): computed once, at training or on first use."""
         self.unseen_spread = 0.0
         """Spread of the model references (log space): how wrong the median is for a model never seen."""
 
@@ -179,6 +182,7 @@ class FeatureBuilder:
         state.setdefault("_ref_parts", {})
         state.setdefault("_ref_parts_total", {})
         state.setdefault("_speeds", {})
+        state.setdefault("_measured_nb", {})
         self.__dict__.update(state)
 
     @property
@@ -248,6 +252,7 @@ class FeatureBuilder:
             k: (sum(p[0] for p in v.values()), sum(p[1] for p in v.values())) for k, v in parts.items()
         }
         self._measured = {k: float(np.mean(v)) for k, v in values.items()}
+        self._measured_nb = {}
         by_model: dict[str, list[tuple[tuple[str, int | None, str, int], float]]] = defaultdict(list)
         for k, v in self._measured.items():
             by_model[k[0]].append((k, v))
@@ -409,7 +414,7 @@ class FeatureBuilder:
         neighbours = np.empty((len(queries), len(NEIGHBOUR_FEATURES)))
         local_prior = np.empty(len(queries))
         local_kind = np.zeros(len(queries), dtype=np.int64)
-        nb_cache: dict[tuple[str, int | None, str, int], tuple[list[float], float, int]] = {}
+        nb_cache = self._measured_nb
         no_neighbours = ([math.nan] * len(NEIGHBOUR_FEATURES), math.nan, 0)
         column = {m: 3 + n_gpu + i for i, m in enumerate(self.models)}
         gpu_cache: dict[tuple[str, str | None], tuple[GpuProfile, list[float]]] = {}
@@ -440,7 +445,9 @@ class FeatureBuilder:
             cached_nb = nb_cache.get(nb_key) if with_neighbours else no_neighbours
             if cached_nb is None:
                 nb = self._neighbours(*nb_key)
-                cached_nb = nb_cache[nb_key] = (nb, *self.local_prior_of(nb))
+                cached_nb = (nb, *self.local_prior_of(nb))
+                if nb_key in self._measured:
+                    nb_cache[nb_key] = cached_nb
             neighbours[i], local_prior[i], local_kind[i] = cached_nb
         return Features(X, prior, log_speed, seen, neighbours, local_prior, local_kind)
 
@@ -454,4 +461,5 @@ class FeatureBuilder:
         clone = copy.copy(self)
         clone.catalog = catalog
         clone._speeds = {}
+        clone._measured_nb = {}
         return clone

@@ -153,3 +153,23 @@ def test_speed_line_interpolates_between_slower_and_faster_gpu_types_only():
     assert LOCAL_KINDS[feats.local_kind[0]] == "speed_line"
     assert math.isnan(feats.neighbours[1, SPEED_LINE])
     assert LOCAL_KINDS[feats.local_kind[1]] != "speed_line"
+
+
+def test_neighbours_kept_from_training_are_never_stale():
+    """Measured configurations keep their neighbour estimates from training; training again on other data,
+    or serving another catalog, recomputes them."""
+    target, neighbour = Query("Transformer", 64, "p100", 2), Query("Transformer", 32, "p100", 2)
+    builder = FeatureBuilder(catalog()).fit(rows())
+    first = builder.transform([target])
+    np.testing.assert_array_equal(
+        first.neighbours[0], FeatureBuilder(catalog()).fit(rows())._neighbours("transformer", 64, "p100", 2)
+    )
+    builder.fit(_replace(rows(), neighbour, 10.0))
+    assert not np.allclose(builder.transform([target]).local_prior, first.local_prior)
+    faster_p100 = builder.with_catalog(catalog({"k80": 1.0, "p100": 5.0, "v100": 7.0}))
+    speed_line = NEIGHBOUR_FEATURES.index("nb_speed")
+    a3c = Query("A3C", None, "p100", 2)
+    assert (
+        builder.transform([a3c]).neighbours[0, speed_line]
+        != faster_p100.transform([a3c]).neighbours[0, speed_line]
+    )
