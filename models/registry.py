@@ -251,11 +251,13 @@ def train_and_register(
     splits: Sequence[str] = SPLITS,
     seed: int = 0,
     data_source: str = "",
+    tags: dict[str, str] | None = None,
 ) -> list[RunResult]:
     """Train, log and register each estimator; move the champion alias per the rule above.
 
     Sets MLflow's process-wide tracking URI to `tracking_uri`. `params` maps an
-    estimator name to hyperparameters; `splits` are the cross-validated splits to log.
+    estimator name to hyperparameters; `splits` are the cross-validated splits to log;
+    `tags` are set on every run (retraining records what it trained on there).
     """
     rows = list(rows)
     mlflow.set_tracking_uri(tracking_uri)
@@ -300,7 +302,7 @@ def train_and_register(
             )
             version = str(info.registered_model_version)
             won, reason = promote_if_better(tracking_uri, model_name, version, holdout, m["mape"])
-            mlflow.set_tags({"champion_decision": reason, "registered_version": version})
+            mlflow.set_tags({**(tags or {}), "champion_decision": reason, "registered_version": version})
             log.info(
                 "%s: run %s, version %s, held-out MAPE %.3f; %s",
                 name,
@@ -311,6 +313,35 @@ def train_and_register(
             )
             results.append(RunResult(name, run.info.run_id, version, m["mape"], won, reason))
     return results
+
+
+@dataclass(frozen=True)
+class LastTraining:
+    """The newest training run of an experiment: when it started and which completions it had seen."""
+
+    started_s: float
+    """Wall-clock start, seconds since the epoch."""
+    completions_until: float | None
+    """The latest completion time (job store clock) it trained on; None = it trained on no completions."""
+
+
+COMPLETIONS_UNTIL_TAG = "cpn.completions_until"
+"""Run tag: the latest completion time (job store clock) a retraining run included."""
+
+
+def last_training(
+    tracking_uri: str = DEFAULT_TRACKING_URI, experiment: str = EXPERIMENT
+) -> LastTraining | None:
+    """The newest run of `experiment` (None if there is none yet, or no such experiment)."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    runs = client.search_runs([found.experiment_id], order_by=["attributes.start_time DESC"], max_results=1)
+    if not runs:
+        return None
+    until = runs[0].data.tags.get(COMPLETIONS_UNTIL_TAG)
+    return LastTraining(runs[0].info.start_time / 1000.0, float(until) if until is not None else None)
 
 
 def _load_version(tracking_uri: str, name: str, version: str) -> Predictor:

@@ -20,7 +20,13 @@ from cpn.throughput import ThroughputRow, ThroughputTable
 from models.benchmarks import BenchmarkCatalog
 from models.features import PredictorInputError, Query, training_rows
 from models.memory import MemorySample
-from models.registry import DEFAULT_TRACKING_URI, RunResult, train_and_register
+from models.registry import (
+    COMPLETIONS_UNTIL_TAG,
+    DEFAULT_TRACKING_URI,
+    LastTraining,
+    RunResult,
+    train_and_register,
+)
 
 
 @dataclass(frozen=True)
@@ -76,17 +82,27 @@ def retrain(
     table: ThroughputTable | Sequence[ThroughputRow],
     catalog: BenchmarkCatalog,
     tracking_uri: str = DEFAULT_TRACKING_URI,
+    completions_until: float | None = None,
     **options: Any,
 ) -> list[RunResult]:
     """Train on `table` plus `observations`, log and register each estimator, apply the champion rule.
 
+    `completions_until` (the latest completion time among the observations, job store clock) is
+    recorded on the runs, so that the next retraining can count the completions that came after.
     `options` go to models.registry.train_and_register (estimators, params, experiment, ...).
     """
     rows = training_rows(table) + [o.row() for o in observations]
     memory = [s for s in (o.memory_sample() for o in observations) if s is not None]
     source = f"table + {len(observations)} completed jobs"
+    tags = {} if completions_until is None else {COMPLETIONS_UNTIL_TAG: repr(float(completions_until))}
     return train_and_register(
-        rows, catalog, memory_samples=memory, tracking_uri=tracking_uri, data_source=source, **options
+        rows,
+        catalog,
+        memory_samples=memory,
+        tracking_uri=tracking_uri,
+        data_source=source,
+        tags=tags,
+        **options,
     )
 
 
@@ -104,6 +120,22 @@ class RetrainSchedule:
     def due(self, completions_since_last: int, seconds_since_last: float) -> bool:
         """True if enough jobs completed or enough time passed since the last retraining."""
         return completions_since_last >= self.every_completions or seconds_since_last >= self.every_s
+
+    def decide(
+        self, last: LastTraining | None, finished_at: Sequence[float], now_s: float
+    ) -> tuple[bool, str]:
+        """(due, why) given the last training run (None: never trained), the completion times of every
+        finished job (job store clock) and the wall-clock time now."""
+        if last is None:
+            return True, "no model trained yet"
+        after = last.completions_until
+        new = sum(1 for t in finished_at if after is None or t > after)
+        age = now_s - last.started_s
+        why = (
+            f"{new} new completions (retrain at {self.every_completions}), "
+            f"last training {age / 3600:.1f} h ago (retrain every {self.every_s / 3600:g} h)"
+        )
+        return self.due(new, age), why
 
 
 def observations_from_runs(runs: Sequence[CompletedRun]) -> list[Observation]:

@@ -14,7 +14,7 @@ from cpn.throughput import ThroughputTable
 from models.benchmarks import BenchmarkCatalog
 from models.features import training_rows
 from models.predictor import fit_predictor
-from models.registry import RunResult, load_champion
+from models.registry import LastTraining, RunResult, last_training, load_champion
 from models.retrain import observations_from_runs, retrain
 
 
@@ -23,6 +23,12 @@ def collect_completions(store_path: str, nodes: tuple[Node, ...]) -> list[Comple
     """Every succeeded job's measured run time from the job store."""
     with JobStore(store_path) as store:
         return completed_runs(store, nodes)
+
+
+@task(cache_policy=NO_CACHE)
+def last_predictor_training(tracking_uri: str) -> LastTraining | None:
+    """The newest training run in the MLflow store (None if none yet)."""
+    return last_training(tracking_uri)
 
 
 @task(cache_policy=NO_CACHE)
@@ -35,6 +41,7 @@ def retrain_predictor(
         ThroughputTable.load(throughputs),
         BenchmarkCatalog.load(benchmarks),
         tracking_uri=tracking_uri,
+        completions_until=max((r.finished_at for r in runs), default=None),
     )
 
 

@@ -29,6 +29,14 @@ def test_retrain_flow_learns_from_the_demo_store(prefect_harness, tmp_path):
     champion = client.get_model_version_by_alias(REGISTERED_MODEL, "champion")
     assert str(champion.version) in {str(r["version"]) for r in results if r["champion"]}
 
+    # The deployment runs the flow every 15 minutes: right after training it is not due, even at a
+    # threshold of one completion, since every completion in the store was trained on.
+    from models.registry import COMPLETIONS_UNTIL_TAG
+
+    assert all(COMPLETIONS_UNTIL_TAG in r.data.tags for r in runs)
+    again = retrain(store=str(tmp_path / "demo" / "jobs.db"), tracking_uri=uri, every_completions=1)
+    assert again == [], "no job completed since the last training"
+
     # The demo's clusters measured each finished job's GPU memory; the champion now predicts memory for
     # those models, never below what a run of the same model and batch size used.
     from config.settings import load_profile

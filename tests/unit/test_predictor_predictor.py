@@ -186,3 +186,19 @@ def test_spread_is_calibrated_on_out_of_fold_errors():
         raw.log_spread * scale
     )
     assert fit_predictor(noisy, catalog(), "xgb", calibrate=False, **params).spread_scale == 1.0
+
+
+def test_retraining_is_due_after_enough_new_completions_or_enough_time():
+    from models.registry import LastTraining
+
+    schedule = RetrainSchedule(every_completions=3, every_s=3600)
+    finished = [10.0, 20.0, 30.0, 40.0, 50.0]
+    assert schedule.decide(None, [], now_s=0.0) == (True, "no model trained yet")
+    # The last training saw completions up to t=30: two came after, 10 minutes ago.
+    due, why = schedule.decide(LastTraining(started_s=1000.0, completions_until=30.0), finished, now_s=1600.0)
+    assert not due and why.startswith("2 new completions (retrain at 3)")
+    due, _ = schedule.decide(LastTraining(1000.0, 30.0), [*finished, 60.0], now_s=1600.0)
+    assert due
+    assert schedule.decide(LastTraining(1000.0, 50.0), finished, now_s=1000.0 + 3600)[0], "an hour passed"
+    # Trained on the table alone: every completion is new.
+    assert schedule.decide(LastTraining(1000.0, None), finished, now_s=1600.0)[0]
