@@ -18,7 +18,9 @@ shows the runs side by side.
 from __future__ import annotations
 
 import logging
+import math
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,6 +39,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.types import ColSpec, Schema
 
 from config.tracking import DEFAULT_TRACKING_URI, EXPERIMENT, REGISTERED_MODEL
+from cpn.jobs import JobSpec
+from cpn.policies.base import Estimate
 from cpn.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Prediction
@@ -388,7 +392,9 @@ class ChampionLoader:
     """Loads `models:/NAME@ALIAS`; if that fails, keeps serving the last model it loaded.
 
     The scheduler holds one loader and calls `load()` whenever it wants the newest
-    champion. A version already loaded is not downloaded again.
+    champion, or uses the loader itself as its estimate source (`estimates`), which
+    re-reads the alias at most every `refresh_s` seconds. A version already loaded is
+    not downloaded again.
     """
 
     def __init__(
@@ -397,6 +403,7 @@ class ChampionLoader:
         name: str = REGISTERED_MODEL,
         alias: str = CHAMPION,
         catalog: BenchmarkCatalog | None = None,
+        refresh_s: float = 60.0,
     ) -> None:
         self.tracking_uri = tracking_uri
         self.name = name
@@ -406,6 +413,18 @@ class ChampionLoader:
         self.last_good: Predictor | None = None
         self.last_good_version: str | None = None
         self.loaded_at: datetime | None = None
+        self.refresh_s = refresh_s
+        """Seconds between two looks at the alias when serving `estimates`."""
+        self._checked = -math.inf
+
+    def estimates(self, jobs: Sequence[JobSpec], gpu_types: Sequence[str]) -> dict[str, dict[str, Estimate]]:
+        """The scheduler's EstimateSource (cpn.scheduler): the champion's estimates, following the alias
+        (looked up at most every `refresh_s` seconds; the last good model while MLflow fails)."""
+        now = time.monotonic()
+        if self.last_good is None or now - self._checked >= self.refresh_s:
+            self._checked = now
+            return self.load().estimates(jobs, gpu_types)
+        return self.last_good.estimates(jobs, gpu_types)
 
     def load(self) -> Predictor:
         """The champion; the last good model if MLflow fails; PredictorUnavailable if there is none."""
@@ -438,10 +457,14 @@ class ChampionLoader:
 _loaders: dict[tuple[str, str], ChampionLoader] = {}
 
 
+def champion_loader(tracking_uri: str = DEFAULT_TRACKING_URI, name: str = REGISTERED_MODEL) -> ChampionLoader:
+    """This process's one loader of the champion of `name` in the store at `tracking_uri`."""
+    return _loaders.setdefault((tracking_uri, name), ChampionLoader(tracking_uri, name))
+
+
 def load_champion(tracking_uri: str = DEFAULT_TRACKING_URI, name: str = REGISTERED_MODEL) -> Predictor:
     """The champion Predictor; falls back to the last one this process loaded from the same store.
 
     Raises PredictorUnavailable only if MLflow fails and nothing was loaded before.
     """
-    loader = _loaders.setdefault((tracking_uri, name), ChampionLoader(tracking_uri, name))
-    return loader.load()
+    return champion_loader(tracking_uri, name).load()

@@ -14,7 +14,7 @@ from cpn.throughput import ThroughputTable
 from models.benchmarks import BenchmarkCatalog
 from models.features import training_rows
 from models.predictor import fit_predictor
-from models.registry import LastTraining, RunResult, last_training, load_champion
+from models.registry import LastTraining, RunResult, champion_loader, last_training
 from models.retrain import observations_from_runs, retrain
 
 
@@ -48,11 +48,14 @@ def retrain_predictor(
 @task(cache_policy=NO_CACHE)
 def estimate_source(kind: str, table: ThroughputTable, tracking_uri: str) -> EstimateSource:
     """What the policy believes about runtimes: `oracle` (the simulator's truth), `predictor` (a random
-    forest trained now on the table, no MLflow), or `champion` (the registered champion, loaded by alias)."""
+    forest trained now on the table, no MLflow), or `champion` (the registered champion, loaded by alias
+    now, so that a missing model fails the run at once, and followed as the alias moves)."""
     if kind == "oracle":
         return OracleEstimates(table)
     if kind == "predictor":
         return fit_predictor(training_rows(table), BenchmarkCatalog.load())
     if kind == "champion":
-        return load_champion(tracking_uri)
+        loader = champion_loader(tracking_uri)
+        loader.load()
+        return loader
     raise ValueError(f"estimates {kind!r}: use oracle, predictor or champion")

@@ -153,3 +153,18 @@ def test_retrain_learns_completed_jobs(store):
     )
     assert est.gpu_mem_gb == 9.0
     assert est.runtime_s == pytest.approx(100.0, rel=0.5)
+
+
+def test_the_scheduler_follows_the_champion_alias_as_it_moves(store):
+    """A loader used as the scheduler's estimate source picks up a new champion at its next look."""
+    _train(store, ["rf"], POOR)
+    following, fixed = ChampionLoader(store, NAME, refresh_s=0), ChampionLoader(store, NAME, refresh_s=3600)
+    job = JobSpec(job_id="ns/a", model="Transformer", batch_size=64, num_gpus=1, total_steps=1000)
+    before = following.estimates([job], ["v100"])["ns/a"]["v100"].runtime_s
+    fixed.estimates([job], ["v100"])
+    better = _train(store, ["rf"], SMALL)[0]
+    assert better.champion, better.reason
+    after = following.estimates([job], ["v100"])["ns/a"]["v100"].runtime_s
+    assert following.last_good_version == better.version and after != before
+    assert fixed.estimates([job], ["v100"])["ns/a"]["v100"].runtime_s == before, "not looked again yet"
+    assert fixed.last_good_version == "1"
