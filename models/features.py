@@ -166,7 +166,6 @@ class FeatureBuilder:
         self._batches: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._fixed_batch: set[str] = set()
         self._default_ref = 0.0
-        self._speeds: dict[str, float] = {}
         self._measured_nb: dict[tuple[str, int | None, str, int], tuple[list[float], float, int]] = {}
         """Neighbour estimates of each measured configuration (they leave that configuration out, so a
         query for it gets the same as its training rows): computed once, at training or on first use."""
@@ -181,7 +180,6 @@ class FeatureBuilder:
         state.setdefault("_gpus", ())
         state.setdefault("_ref_parts", {})
         state.setdefault("_ref_parts_total", {})
-        state.setdefault("_speeds", {})
         state.setdefault("_measured_nb", {})
         self.__dict__.update(state)
 
@@ -213,7 +211,7 @@ class FeatureBuilder:
             if not row.steps_per_sec > 0 or not math.isfinite(row.steps_per_sec):
                 raise PredictorInputError(f"training row {row}: steps_per_sec must be positive and finite")
             q = query_of(row)
-            profile = self._profile(q)
+            profile = self._profile(q.gpu_type)
             sums[(model_key(q.model), q.batch_size)].append(
                 math.log(row.steps_per_sec) - profile.log_speed - math.log(q.num_gpus)
             )
@@ -240,7 +238,7 @@ class FeatureBuilder:
         parts: dict[tuple[str, int | None], dict[tuple[str, int], list[float]]] = defaultdict(dict)
         for row in rows:
             q = query_of(row)
-            profile = self._profile(q)
+            profile = self._profile(q.gpu_type)
             key = model_key(q.model)
             values[(key, q.batch_size, profile.key, q.num_gpus)].append(math.log(row.steps_per_sec))
             part = parts[(key, q.batch_size)].setdefault((profile.key, q.num_gpus), [0.0, 0])
@@ -317,7 +315,7 @@ class FeatureBuilder:
             y1 = d.get((key, batch, g3, n)) if g3 != gpu else None
             if y1 is None:
                 continue
-            line[self._log_speed(g3)].append(y1)
+            line[self._profile(g3).log_speed].append(y1)
             s, c = own_ratio.get(g3, (0.0, 0.0))
             if c:
                 sums[5] += y1 + s / c
@@ -327,18 +325,11 @@ class FeatureBuilder:
             if total[1] > mine[1]:
                 sums[6] += y1 + (total[0] - mine[0]) / (total[1] - mine[1])
                 weights[6] += 1
-        speed = self._log_speed(gpu)
+        speed = self._profile(gpu).log_speed
         if line and min(line) < speed < max(line):
             xs = sorted(line)
             sums[7], weights[7] = float(np.interp(speed, xs, [sum(line[x]) / len(line[x]) for x in xs])), 1.0
         return [s / w if w else math.nan for s, w in zip(sums, weights, strict=True)]
-
-    def _log_speed(self, gpu: str) -> float:
-        """Log speed of a GPU type of the catalog (cached: the neighbour features ask for it per row)."""
-        speed = self._speeds.get(gpu)
-        if speed is None:
-            speed = self._speeds[gpu] = self._profile(Query("any", None, gpu, 1)).log_speed
-        return speed
 
     @staticmethod
     def local_prior_of(nb: Sequence[float]) -> tuple[float, int]:
@@ -352,11 +343,11 @@ class FeatureBuilder:
                 return sum(vals) / len(vals), kind
         return math.nan, 0
 
-    def _profile(self, q: Query) -> GpuProfile:
-        profile = self.catalog.find(q.gpu_type, q.node)
+    def _profile(self, gpu_type: str, node: str | None = None) -> GpuProfile:
+        profile = self.catalog.find(gpu_type, node)
         if profile is None:
             raise PredictorInputError(
-                f"unknown GPU type {q.gpu_type!r}; the benchmarks file knows "
+                f"unknown GPU type {gpu_type!r}; the benchmarks file knows "
                 f"{list(self.catalog.gpu_types())}; add the product's scores (and specs) to it"
             )
         return profile
@@ -422,7 +413,7 @@ class FeatureBuilder:
             key = model_key(q.model)
             cached = gpu_cache.get((q.gpu_type, q.node))
             if cached is None:
-                p = self._profile(q)
+                p = self._profile(q.gpu_type, q.node)
                 vec = [
                     *(math.log(s) for s in p.scores),
                     math.log(p.mem_bw_gbps),
@@ -460,6 +451,5 @@ class FeatureBuilder:
             )
         clone = copy.copy(self)
         clone.catalog = catalog
-        clone._speeds = {}
         clone._measured_nb = {}
         return clone
