@@ -1,4 +1,4 @@
-"""`cpn submit`, `cpn jobs`, `cpn job` and `cpn serve` through `cpn.cli.main`."""
+"""`cpn submit`, `cpn jobs`, `cpn job` and `cpn serve` through `cli.main`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cpn.cli import main
+from cli import main
 from cpn.jobs import JobState
 from cpn.store import JobStore
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from config.settings import REPO_ROOT
-from cpn.cli import main
+from cli import main
 from cpn.policy_bench import bench_policies, peer_figures
 from cpn.policy_bench_report import to_json
 

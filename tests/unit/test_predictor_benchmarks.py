@@ -13,7 +13,7 @@ import yaml
 
 from config.benchmarks import BENCHMARKS_YAML, BenchmarksConfig, dump_benchmarks, load_benchmarks
 from config.settings import REPO_ROOT, ConfigError
-from cpn.cli.predictor import register
+from cli.predictor import register
 from models.benchmarks import (
     BenchmarkCatalog,
     BenchmarkError,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from cpn.cli.predictor import register_bench
+from cli.predictor import register_bench
 from cpn.throughput import ThroughputRow
 from models.estimators import ESTIMATORS, Prediction, make_estimator
 from models.evaluation import bench, config_key, folds, metrics, out_of_fold

@@ -18,7 +18,7 @@ import yaml
 
 from config.benchmarks import BenchmarksConfig, load_benchmarks
 from config.settings import REPO_ROOT, ConfigError
-from cpn.cli.predictor import register, register_bench
+from cli.predictor import register, register_bench
 from cpn.gpus import canonical_gpu
 from cpn.jobs import JobSpec
 from cpn.throughput import ThroughputFormatError, ThroughputTable

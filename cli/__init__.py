@@ -7,12 +7,12 @@ import importlib
 import sys
 
 COMMAND_MODULES = (
-    "cpn.cli.demo",
-    "cpn.cli.intake",
-    "cpn.cli.predictor",
-    "cpn.cli.bench",
+    "cli.demo",
+    "cli.intake",
+    "cli.predictor",
+    "cli.bench",
 )
-"""Modules that add sub-commands; a module not written yet is skipped."""
+"""Modules that add sub-commands; each adds its sub-commands."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,13 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plots", help="write JCT CDF, utilisation and per-cluster Gantt PNGs to this folder")
     p.set_defaults(func=run_policies)
     try:
-        from cpn.cli.predictor import register_bench
+        from cli.predictor import register_bench
     except ModuleNotFoundError:
         return
     register_bench(bench_sub)
