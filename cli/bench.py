@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 from config.settings import ConfigError
+from cpn.bench.policies import bench_policies
+from cpn.bench.policies_report import format_table, to_json, write_plots
+from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
+from cpn.formats.trace_csv import TraceFormatError
 from cpn.policies import POLICIES
-from cpn.policy_bench import bench_policies
-from cpn.policy_bench_report import format_table, to_json, write_plots
-from cpn.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
-from cpn.traces import TraceFormatError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from config.benchmarks import BENCHMARKS_YAML
 from config.settings import ConfigError
 from config.tracking import DEFAULT_TRACKING_URI, EXPERIMENT, REGISTERED_MODEL
-from cpn.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
+from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
 
 
 def register(sub: argparse._SubParsersAction) -> None:

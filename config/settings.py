@@ -30,8 +30,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Taint(_Strict):
-    """A Kubernetes node taint."""
+class TaintConfig(_Strict):
+    """A Kubernetes node taint, as written in the cluster YAML."""
 
     key: str
     value: str = ""
@@ -58,7 +58,7 @@ class NodeGroup(_Strict):
     memory_gb: float = Field(64, gt=0, description="Allocatable host memory on each node, GB.")
     usage: Usage = Field("training", description="Node pool: training, inference or hybrid.")
     extra_labels: dict[str, str] = Field(default_factory=dict, description="Labels beyond the scheme.")
-    extra_taints: tuple[Taint, ...] = Field((), description="Taints beyond the scheme.")
+    extra_taints: tuple[TaintConfig, ...] = Field((), description="Taints beyond the scheme.")
 
 
 class Cluster(_Strict):

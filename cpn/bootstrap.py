@@ -10,15 +10,15 @@ from pathlib import Path
 
 from config.settings import ClustersConfig
 from cpn.clock import SimClock
+from cpn.engine.scheduler import EstimateSource, Scheduler
+from cpn.engine.transfer import TransferTimes
+from cpn.formats.throughput import ThroughputTable
 from cpn.inventory import Node, nodes_from_config
 from cpn.policies import make_policy
-from cpn.scheduler import EstimateSource, Scheduler
 from cpn.sim.colocation import ColocationTable
 from cpn.sim.gateway import GroundTruth, SimulatedGateway
 from cpn.sim.migrator import SimulatedMigrator
 from cpn.store import JobStore
-from cpn.throughput import ThroughputTable
-from cpn.transfer import TransferTimes
 
 
 @dataclass

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from config.settings import ClustersConfig, Taint
+from config.settings import ClustersConfig
 from cpn.gpus import canonical_gpu
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A Kubernetes node taint: only pods that tolerate it are scheduled on the node."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+    """NoSchedule, PreferNoSchedule or NoExecute."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,7 @@ def nodes_from_config(config: ClustersConfig) -> tuple[Node, ...]:
             taints = (
                 Taint(key=usage_key, value=group.usage),
                 Taint(key=GPU_PRODUCT_LABEL, value=group.gpu_product),
-                *group.extra_taints,
+                *(Taint(t.key, t.value, t.effect) for t in group.extra_taints),
             )
             for i in range(group.count):
                 nodes.append(

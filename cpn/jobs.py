@@ -14,7 +14,7 @@ class JobSpec:
     """One accepted job: what it runs, what it needs, and the manifest it came in.
 
     Parsed from a Kubernetes manifest's annotations (see cpn.intake) or from a
-    trace row (see cpn.traces); immutable once accepted.
+    trace row (see cpn.formats.trace_csv); immutable once accepted.
     """
 
     job_id: str

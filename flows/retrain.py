@@ -12,8 +12,8 @@ from prefect import flow, get_run_logger
 
 from config.benchmarks import BENCHMARKS_YAML
 from config.settings import DEMO_DIR
+from cpn.formats.throughput import GAVEL_ISOLATED
 from cpn.inventory import nodes_from_config
-from cpn.throughput import GAVEL_ISOLATED
 from models.registry import DEFAULT_TRACKING_URI
 from models.retrain import RetrainSchedule
 from tasks.config import load_settings

@@ -30,7 +30,7 @@ from sklearn.base import clone as sk_clone
 from sklearn.ensemble import RandomForestRegressor
 from xgboost import XGBRegressor
 
-from cpn.throughput import ThroughputRow
+from cpn.formats.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
 from models.features import FeatureBuilder, Features, PredictorInputError, Query, model_key, query_of
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from cpn.throughput import ThroughputRow
+from cpn.formats.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Estimator, Prediction, make_estimator
 from models.features import PredictorInputError, Query, model_key, query_of

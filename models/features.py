@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cpn.throughput import ThroughputRow, ThroughputTable
+from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from models.benchmarks import BenchmarkCatalog, GpuProfile
 
 NEIGHBOUR_FEATURES = (

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from cpn.decisions import Estimate
+from cpn.formats.throughput import ThroughputRow
 from cpn.jobs import JobSpec
-from cpn.policies.base import Estimate
-from cpn.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Estimator, Prediction, make_estimator
 from models.evaluation import out_of_fold
@@ -102,7 +102,7 @@ class Predictor:
         return out
 
     def estimates(self, jobs: Sequence[JobSpec], gpu_types: Sequence[str]) -> dict[str, dict[str, Estimate]]:
-        """The scheduler's EstimateSource interface (cpn.scheduler): same as estimate_many."""
+        """The scheduler's EstimateSource interface (cpn.engine.scheduler): same as estimate_many."""
         return self.estimate_many(jobs, gpu_types)
 
     def estimate_pairs(self, pairs: Sequence[tuple[JobSpec, str, str | None]]) -> list[Estimate]:

@@ -39,9 +39,9 @@ from mlflow.tracking import MlflowClient
 from mlflow.types import ColSpec, Schema
 
 from config.tracking import DEFAULT_TRACKING_URI, EXPERIMENT, REGISTERED_MODEL
+from cpn.decisions import Estimate
+from cpn.formats.throughput import ThroughputRow
 from cpn.jobs import JobSpec
-from cpn.policies.base import Estimate
-from cpn.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Prediction
 from models.evaluation import SPLITS, config_key, metrics, out_of_fold, timing
@@ -418,8 +418,8 @@ class ChampionLoader:
         self._checked = -math.inf
 
     def estimates(self, jobs: Sequence[JobSpec], gpu_types: Sequence[str]) -> dict[str, dict[str, Estimate]]:
-        """The scheduler's EstimateSource (cpn.scheduler): the champion's estimates, following the alias
-        (looked up at most every `refresh_s` seconds; the last good model while MLflow fails)."""
+        """The scheduler's EstimateSource (cpn.engine.scheduler): the champion's estimates, following the
+        alias (looked up at most every `refresh_s` seconds; the last good model while MLflow fails)."""
         now = time.monotonic()
         if self.last_good is None or now - self._checked >= self.refresh_s:
             self._checked = now

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cpn.feedback import CompletedRun
+from cpn.engine.feedback import CompletedRun
+from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.gpus import canonical_gpu
-from cpn.throughput import ThroughputRow, ThroughputTable
 from models.benchmarks import BenchmarkCatalog
 from models.features import PredictorInputError, Query, training_rows
 from models.memory import MemorySample
@@ -139,7 +139,7 @@ class RetrainSchedule:
 
 
 def observations_from_runs(runs: Sequence[CompletedRun]) -> list[Observation]:
-    """The predictor's view of completed jobs from the job store (cpn.feedback)."""
+    """The predictor's view of completed jobs from the job store (cpn.engine.feedback)."""
     return [
         Observation(r.model, r.batch_size, r.gpu_type, r.num_gpus, r.total_steps, r.runtime_s, r.gpu_mem_gb)
         for r in runs

@@ -6,9 +6,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from config.settings import ClustersConfig
-from cpn import demo_queue
+from cpn.formats import generated
+from cpn.formats.throughput import ThroughputTable
 from cpn.jobs import JobSpec
-from cpn.throughput import ThroughputTable
 
 
 @task(cache_policy=NO_CACHE)
@@ -16,10 +16,10 @@ def generate_manifests(
     clusters: ClustersConfig, table: ThroughputTable, jobs: int, seed: int, arrival_window_s: float
 ) -> list[tuple[float, str]]:
     """A seeded random queue rendered as Kubernetes manifests, with arrival times."""
-    return demo_queue.generate_manifests(clusters, table, jobs, seed, arrival_window_s)
+    return generated.generate_manifests(clusters, table, jobs, seed, arrival_window_s)
 
 
 @task(cache_policy=NO_CACHE)
 def accept_manifests(manifests: list[tuple[float, str]]) -> list[JobSpec]:
     """Validate every manifest through intake."""
-    return demo_queue.accept_manifests(manifests)
+    return generated.accept_manifests(manifests)

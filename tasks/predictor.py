@@ -5,12 +5,12 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from cpn.estimates import OracleEstimates
-from cpn.feedback import CompletedRun, completed_runs
+from cpn.engine.estimates import OracleEstimates
+from cpn.engine.feedback import CompletedRun, completed_runs
+from cpn.engine.scheduler import EstimateSource
+from cpn.formats.throughput import ThroughputTable
 from cpn.inventory import Node
-from cpn.scheduler import EstimateSource
 from cpn.store import JobStore
-from cpn.throughput import ThroughputTable
 from models.benchmarks import BenchmarkCatalog
 from models.features import training_rows
 from models.predictor import fit_predictor

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from cpn.bench.report import write_run_report
 from cpn.bootstrap import Simulation
-from cpn.report import write_run_report
 
 
 @task(cache_policy=NO_CACHE)

@@ -6,9 +6,9 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from cpn.bootstrap import Simulation
+from cpn.engine.replay import ReplayResult, arrivals_from_jobs, replay
+from cpn.engine.scheduler import RoundResult
 from cpn.jobs import JobSpec
-from cpn.replay import ReplayResult, arrivals_from_jobs, replay
-from cpn.scheduler import RoundResult
 
 
 @task(cache_policy=NO_CACHE)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from cpn.decisions import Placement
 from cpn.inventory import NodeState
 from cpn.jobs import JobSpec
-from cpn.policies.base import Placement
 
 EventKind = Literal["running", "succeeded", "failed"]
 

@@ -12,7 +12,7 @@ memory, as the seed's baseline did, and so runs into OOM kills.
 
 from __future__ import annotations
 
-from cpn.policies.base import Decision, Placement, Rejection, Snapshot
+from cpn.decisions import Decision, Placement, Rejection, Snapshot
 from cpn.policies.placement import Capacity
 
 

@@ -11,7 +11,7 @@ with no estimate for any GPU type, or that no node could ever take, is rejected 
 
 from __future__ import annotations
 
-from cpn.policies.base import Decision, Placement, Rejection, Snapshot
+from cpn.decisions import Decision, Placement, Rejection, Snapshot
 from cpn.policies.placement import NO_ESTIMATE, Capacity, usable_runtimes
 
 

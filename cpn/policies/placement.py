@@ -1,7 +1,7 @@
 """Where a job can start now, for every policy: pools, taints, memory, CPU, free cards, gangs, sharing.
 
 Every policy asks a `Capacity` what is feasible and differs only in the order it considers jobs and
-which feasible option it takes. Beyond the cluster rules (cpn.policies.rules: pools and taints, gangs,
+which feasible option it takes. Beyond the cluster rules (cpn.rules: pools and taints, gangs,
 shared cards), a placement keeps to:
 
 - the seed's soft affinity (weight 100 on the job's own pool): options in the job's own pool come
@@ -22,10 +22,10 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from cpn.decisions import Estimate, Placement, Snapshot
 from cpn.inventory import Node
 from cpn.jobs import JobKind, JobSpec
-from cpn.policies.base import Estimate, Placement, Snapshot
-from cpn.policies.rules import (
+from cpn.rules import (
     POOLS_FOR_KIND,
     SHARE_EPS,
     gang_cpu,

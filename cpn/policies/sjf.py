@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from cpn.policies.base import Decision, Placement, Rejection, Snapshot
+from cpn.decisions import Decision, Placement, Rejection, Snapshot
 from cpn.policies.placement import NO_ESTIMATE, Capacity, usable_runtimes
 
 

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from cpn.formats.throughput import GAVEL_COLOCATED, ThroughputFormatError, ThroughputTable
 from cpn.gpus import canonical_gpu
 from cpn.sim.scaling import Config, ScaledThroughput
-from cpn.throughput import GAVEL_COLOCATED, ThroughputFormatError, ThroughputTable
 
 UNMEASURED_FACTOR = 0.25
 """Factor of a job never measured sharing a GPU type: below 95 % of Gavel's measured factors (their 5th

@@ -3,8 +3,8 @@
 Submitting a job holds specific cards from now until the job ends: all its cards at once (a gang), on
 one node or, for a job wider than a node, on several nodes of one cluster. A job with a `gpu_share`
 joins a card other sharing jobs hold while the shares sum to at most 1 (the card chosen as
-`cpn.policies.rules.pick_shared_card` says), or opens a free card. The cluster admits a job only
-on a node of a pool whose taints it tolerates (`cpn.policies.rules.admission_problem`) and within
+`cpn.rules.pick_shared_card` says), or opens a free card. The cluster admits a job only
+on a node of a pool whose taints it tolerates (`cpn.rules.admission_problem`) and within
 the node's CPU; its memory is checked when it starts training, against the card's memory or, on a
 shared card, what its partners leave (OOM).
 
@@ -25,10 +25,10 @@ from typing import Literal
 
 from cpn.adapters.gateway import OOM_REASON, JobEvent, SubmitRejected
 from cpn.clock import SimClock
+from cpn.decisions import Placement
 from cpn.inventory import Node, NodeState, SharedCard
 from cpn.jobs import JobSpec
-from cpn.policies.base import Placement
-from cpn.policies.rules import admission_problem, gang_cpu, is_sharing, pick_shared_card
+from cpn.rules import admission_problem, gang_cpu, is_sharing, pick_shared_card
 from cpn.sim.truth import GroundTruth, RunOutcome
 
 __all__ = ["Execution", "GroundTruth", "SimulatedGateway"]

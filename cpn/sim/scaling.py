@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 
+from cpn.formats.throughput import ThroughputTable
 from cpn.gpus import canonical_gpu
-from cpn.throughput import ThroughputTable
 
 Config = tuple[str, int | None]
 """A (model, batch size) configuration as the table keys it: lower-case model, batch or None."""

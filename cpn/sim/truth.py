@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cpn.adapters.gateway import OOM_REASON
+from cpn.formats.throughput import ThroughputTable
 from cpn.jobs import JobSpec
 from cpn.sim.colocation import ColocationTable
 from cpn.sim.memory import gpu_memory_gb
 from cpn.sim.scaling import ScaledThroughput
-from cpn.throughput import ThroughputTable
 
 LOAD_S = 60.0
 """Seconds from start to a job's first training step; jobs that cannot run fail then."""

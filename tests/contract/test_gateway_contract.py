@@ -13,12 +13,12 @@ import pytest
 
 from cpn.adapters.gateway import ClusterGateway, SubmitRejected
 from cpn.clock import SimClock
+from cpn.decisions import Placement
+from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node
 from cpn.jobs import JobSpec
-from cpn.policies.base import Placement
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.truth import GroundTruth
-from cpn.throughput import ThroughputRow, ThroughputTable
 
 NODES = (
     Node("east", "gpu-0", "Tesla-V100-SXM2-16GB", 4, 16, 32, "training"),

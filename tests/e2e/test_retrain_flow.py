@@ -40,7 +40,7 @@ def test_retrain_flow_learns_from_the_demo_store(prefect_harness, tmp_path):
     # The demo's clusters measured each finished job's GPU memory; the champion now predicts memory for
     # those models, never below what a run of the same model and batch size used.
     from config.settings import load_profile
-    from cpn.feedback import completed_runs
+    from cpn.engine.feedback import completed_runs
     from cpn.inventory import nodes_from_config
     from cpn.store import JobStore
     from models.registry import load_champion

@@ -9,14 +9,14 @@ import pytest
 
 from cpn.adapters.gateway import OOM_REASON
 from cpn.clock import SimClock
+from cpn.decisions import Decision, Estimate, Placement, Snapshot
+from cpn.formats.throughput import ThroughputTable
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
 from cpn.policies import POLICIES, make_policy
-from cpn.policies.base import Decision, Estimate, Placement, Snapshot
 from cpn.policies.fifo import FifoPolicy
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.truth import GroundTruth
-from cpn.throughput import ThroughputTable
 
 K80 = Node("a", "k80-0", "Tesla-K80", 8, 12, 32, "training")
 V100 = Node("b", "v100-0", "Tesla-V100-SXM2-16GB", 4, 16, 32, "training")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from cpn.formats.throughput import ThroughputTable
 from cpn.gpus import GPU_ALIASES, canonical_gpu
 from cpn.inventory import Node
-from cpn.throughput import ThroughputTable
 
 
 @pytest.mark.parametrize(

@@ -14,17 +14,16 @@ from types import MappingProxyType
 
 import pytest
 
-from config.settings import Taint
 from cpn.clock import SimClock
-from cpn.inventory import Node, NodeState, SharedCard
+from cpn.decisions import Decision, Estimate, Snapshot
+from cpn.formats.throughput import ThroughputRow, ThroughputTable
+from cpn.inventory import Node, NodeState, SharedCard, Taint
 from cpn.jobs import JobSpec
 from cpn.policies import POLICIES, make_policy
-from cpn.policies.base import Decision, Estimate, Snapshot
 from cpn.policies.placement import NO_ESTIMATE, job_memory_gb
-from cpn.policies.rules import admission_problem, gang_cpu
+from cpn.rules import admission_problem, gang_cpu
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.truth import GroundTruth
-from cpn.throughput import ThroughputRow, ThroughputTable
 
 ALL = sorted(POLICIES)
 USAGE, PRODUCT = "maip.mxsf.io/node.usage", "nvidia.com/gpu.product"

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from config.settings import REPO_ROOT
 from cli import main
-from cpn.policy_bench import bench_policies, peer_figures
-from cpn.policy_bench_report import to_json
+from config.settings import REPO_ROOT
+from cpn.bench.policies import bench_policies, peer_figures
+from cpn.bench.policies_report import to_json
 
 EXAMPLE = {
     "clusters_path": str(REPO_ROOT / "examples/clusters/two-sites.yaml"),

@@ -11,9 +11,9 @@ import re
 import pytest
 import yaml
 
+from cli.predictor import register
 from config.benchmarks import BENCHMARKS_YAML, BenchmarksConfig, dump_benchmarks, load_benchmarks
 from config.settings import REPO_ROOT, ConfigError
-from cli.predictor import register
 from models.benchmarks import (
     BenchmarkCatalog,
     BenchmarkError,

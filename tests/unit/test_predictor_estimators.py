@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from cli.predictor import register_bench
-from cpn.throughput import ThroughputRow
+from cpn.formats.throughput import ThroughputRow
 from models.estimators import ESTIMATORS, Prediction, make_estimator
 from models.evaluation import bench, config_key, folds, metrics, out_of_fold
 from models.features import PredictorInputError, Query

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from cpn.throughput import ThroughputRow, ThroughputTable
+from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from models.features import FeatureBuilder, PredictorInputError, Query, model_key, training_rows
 from tests.unit.test_predictor_support import catalog, rows
 

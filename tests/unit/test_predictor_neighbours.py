@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
-from cpn.throughput import ThroughputRow
+from cpn.formats.throughput import ThroughputRow
 from models.estimators import make_estimator
 from models.evaluation import out_of_fold
 from models.features import LOCAL_KINDS, NEIGHBOUR_FEATURES, FeatureBuilder, Query, query_of

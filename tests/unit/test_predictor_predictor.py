@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from cpn.formats.throughput import ThroughputRow
 from cpn.jobs import JobSpec
-from cpn.throughput import ThroughputRow
 from models.evaluation import out_of_fold
 from models.features import PredictorInputError, Query
 from models.memory import MemoryModel, MemorySample

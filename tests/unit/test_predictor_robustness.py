@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import yaml
 
+from cli.predictor import register, register_bench
 from config.benchmarks import BenchmarksConfig, load_benchmarks
 from config.settings import REPO_ROOT, ConfigError
-from cli.predictor import register, register_bench
+from cpn.formats.throughput import ThroughputFormatError, ThroughputTable
 from cpn.gpus import canonical_gpu
 from cpn.jobs import JobSpec
-from cpn.throughput import ThroughputFormatError, ThroughputTable
 from models.benchmarks import BenchmarkCatalog, BenchmarkError
 from models.estimators import make_estimator
 from models.evaluation import bench, format_report
@@ -251,7 +251,7 @@ def test_forests_train_and_predict_a_new_gpu_whose_specs_are_unknown(name):
 
 
 def _synthetic_rows():
-    from cpn.throughput import ThroughputRow
+    from cpn.formats.throughput import ThroughputRow
 
     return [
         ThroughputRow(m, b, key, n, law(m, b, speed, n))

@@ -11,7 +11,7 @@ import csv
 from pathlib import Path
 
 from config.benchmarks import BenchmarksConfig
-from cpn.throughput import ThroughputRow
+from cpn.formats.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
 
 SPEED = {"k80": 1.0, "p100": 4.0, "v100": 7.0}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from cpn.engine.queue_view import QueueView
 from cpn.jobs import JobSpec, JobState
-from cpn.queue_view import QueueView
 from cpn.store import JobStore
 
 

@@ -5,21 +5,21 @@ from __future__ import annotations
 import pytest
 
 from config.settings import ClustersConfig
+from cpn.bench.report import summarize, timelines
 from cpn.clock import SimClock
+from cpn.decisions import Decision, Estimate, Snapshot
+from cpn.engine.replay import STUCK_REASON, arrivals_from_jobs, replay
+from cpn.engine.scheduler import Scheduler
+from cpn.engine.transfer import TransferTimes
+from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node
 from cpn.jobs import JobSpec, JobState
-from cpn.policies.base import Decision, Estimate, Snapshot
 from cpn.policies.fifo import FifoPolicy
-from cpn.policies.rules import EXCLUSIVE_REASON
-from cpn.replay import STUCK_REASON, arrivals_from_jobs, replay
-from cpn.report import summarize, timelines
-from cpn.scheduler import Scheduler
+from cpn.rules import EXCLUSIVE_REASON
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.migrator import SimulatedMigrator
 from cpn.sim.truth import GroundTruth
 from cpn.store import JobStore
-from cpn.throughput import ThroughputRow, ThroughputTable
-from cpn.transfer import TransferTimes
 
 TABLE = ThroughputTable(
     [
@@ -161,7 +161,7 @@ def test_arrivals_enter_the_store_at_their_time():
 
 
 def test_completed_runs_report_measured_runtime_on_the_node_gpu_type():
-    from cpn.feedback import completed_runs
+    from cpn.engine.feedback import completed_runs
 
     store, _, _, _ = run([NODE_A], [job("a", steps=100), job("b", gpus=2, steps=160)])
     runs = {r.job_id: r for r in completed_runs(store, [NODE_A])}
@@ -174,7 +174,7 @@ def test_completed_runs_report_measured_runtime_on_the_node_gpu_type():
 def test_migrated_job_is_decided_from_where_its_data_now_is():
     # One card per site. The blocker holds a's card for 10 s, so x (data in a) copies to b (10 s). The copy
     # lands as a frees up, in the same round; x's data is in b now, and going back would cost another copy.
-    from cpn.estimates import OracleEstimates
+    from cpn.engine.estimates import OracleEstimates
     from cpn.policies import make_policy
 
     one_a = Node("a", "a-0", "Tesla-V100-SXM2-16GB", 1, 16, 32, "training")
@@ -194,7 +194,7 @@ def test_migrated_job_is_decided_from_where_its_data_now_is():
 
 
 def test_noisy_estimates_differ_between_identical_jobs_but_not_between_calls():
-    from cpn.estimates import NoisyOracle
+    from cpn.engine.estimates import NoisyOracle
 
     noisy = NoisyOracle(TABLE, sigma=0.3, seed=1)
     a, b = job("a"), job("b")
@@ -216,7 +216,7 @@ class ExploreFor:
 
 
 def test_job_to_explore_runs_on_a_whole_card_and_only_clean_runs_feed_back():
-    from cpn.feedback import completed_runs
+    from cpn.engine.feedback import completed_runs
 
     # Three half-card jobs on two cards. Without exploring they would pack two to a card; "new" (a model
     # the predictor has never seen) gets a card to itself, so the two others share the other card.
@@ -238,7 +238,7 @@ def test_without_explore_sharing_jobs_pack_onto_one_card():
 
 
 def test_finished_runs_report_measured_memory_which_feeds_the_predictor():
-    from cpn.feedback import completed_runs
+    from cpn.engine.feedback import completed_runs
     from cpn.sim.memory import gpu_memory_gb
     from models.retrain import observations_from_runs
 

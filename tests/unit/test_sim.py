@@ -6,13 +6,13 @@ import pytest
 
 from cpn.adapters.gateway import OOM_REASON, SubmitRejected
 from cpn.clock import SimClock
+from cpn.decisions import Placement
+from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node
 from cpn.jobs import JobSpec
-from cpn.policies.base import Placement
 from cpn.sim.gateway import Execution, SimulatedGateway
 from cpn.sim.memory import MODELS, gpu_memory_gb
 from cpn.sim.truth import LOAD_S, GroundTruth
-from cpn.throughput import ThroughputRow, ThroughputTable
 
 K80 = Node("a", "k80-0", "Tesla-K80", 8, 12, 32, "training")
 V100 = Node("b", "v100-0", "Tesla-V100-SXM2-16GB", 4, 16, 16, "training")

@@ -11,18 +11,17 @@ import statistics
 
 import pytest
 
-from config.settings import Taint
 from cpn.adapters.gateway import OOM_REASON, SubmitRejected
 from cpn.clock import SimClock
-from cpn.inventory import Node, SharedCard
+from cpn.decisions import Placement
+from cpn.formats.throughput import ThroughputFormatError, ThroughputRow, ThroughputTable
+from cpn.inventory import Node, SharedCard, Taint
 from cpn.jobs import JobSpec
-from cpn.policies.base import Placement
 from cpn.sim.colocation import UNMEASURED_FACTOR, ColocationTable, parse_job_name
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.memory import gpu_memory_gb
 from cpn.sim.scaling import ScaledThroughput
 from cpn.sim.truth import LOAD_S, GroundTruth
-from cpn.throughput import ThroughputFormatError, ThroughputRow, ThroughputTable
 
 V100 = "Tesla-V100-SXM2-16GB"
 USAGE, PRODUCT = "maip.mxsf.io/node.usage", "nvidia.com/gpu.product"

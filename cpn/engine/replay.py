@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cpn.clock import SimClock
+from cpn.engine.scheduler import RoundResult, Scheduler
 from cpn.jobs import JobSpec, JobState
-from cpn.scheduler import RoundResult, Scheduler
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.migrator import SimulatedMigrator
 

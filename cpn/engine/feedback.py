@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from cpn.inventory import Node
 from cpn.jobs import JobState
-from cpn.policies.rules import EXCLUSIVE_REASON, is_sharing
+from cpn.rules import EXCLUSIVE_REASON, is_sharing
 from cpn.store import JobStore
 
 

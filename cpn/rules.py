@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from config.settings import Taint
-from cpn.inventory import Node
+from cpn.inventory import Node, Taint
 from cpn.jobs import JobKind, JobSpec
 
 POOLS_FOR_KIND: dict[JobKind, frozenset[str]] = {

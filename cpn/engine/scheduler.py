@@ -21,13 +21,14 @@ from typing import Protocol
 from cpn.adapters.gateway import ClusterGateway, JobEvent, SubmitRejected
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
+from cpn.decisions import Decision, Estimate, Snapshot
+from cpn.engine.queue_view import QueueView
+from cpn.engine.transfer import TransferTimes
 from cpn.inventory import NodeState
 from cpn.jobs import JobSpec, JobState
-from cpn.policies.base import Decision, Estimate, Policy, Snapshot
-from cpn.policies.rules import EXCLUSIVE_REASON, is_sharing
-from cpn.queue_view import QueueView
+from cpn.policies.base import Policy
+from cpn.rules import EXCLUSIVE_REASON, is_sharing
 from cpn.store import JobStore
-from cpn.transfer import TransferTimes
 
 _EVENT_STATE = {"running": JobState.RUNNING, "succeeded": JobState.SUCCEEDED, "failed": JobState.FAILED}
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from cpn.adapters.gateway import OOM_REASON
+from cpn.bench.plots import Execution, gantt
 from cpn.inventory import Node
 from cpn.jobs import JobState
-from cpn.plots import Execution, gantt
 from cpn.store import JobStore
 
 LARGE_JOB_GPUS = 4

@@ -15,17 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from config.settings import DATA_DIR, ClustersConfig, load_model
+from cpn.bench.report import JobTimeline, busy_of, summarize, timelines
 from cpn.bootstrap import build_simulation
-from cpn.estimates import NoisyOracle, OracleEstimates
+from cpn.engine.estimates import NoisyOracle, OracleEstimates
+from cpn.engine.replay import arrivals_from_jobs, replay
+from cpn.engine.scheduler import EstimateSource
+from cpn.formats.gavel_trace import load_gavel_trace
+from cpn.formats.throughput import ThroughputTable
+from cpn.formats.trace_csv import load_trace_csv
 from cpn.inventory import Node, nodes_from_config
 from cpn.jobs import JobSpec, JobState
 from cpn.policies import make_policy
-from cpn.replay import arrivals_from_jobs, replay
-from cpn.report import JobTimeline, busy_of, summarize, timelines
-from cpn.scheduler import EstimateSource
 from cpn.sim.gateway import Execution
-from cpn.throughput import ThroughputTable
-from cpn.traces import load_gavel_trace, load_trace_csv
 
 PEER_FIGURES = DATA_DIR / "gavel" / "peer_figures.csv"
 """Gavel's own simulator's figures on the peer traces (data/gavel/peer/README.md)."""

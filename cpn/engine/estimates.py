@@ -11,10 +11,10 @@ import math
 import random
 from collections.abc import Mapping
 
+from cpn.decisions import Estimate
+from cpn.formats.throughput import ThroughputTable
 from cpn.jobs import JobSpec
-from cpn.policies.base import Estimate
 from cpn.sim.truth import GroundTruth
-from cpn.throughput import ThroughputTable
 
 
 class OracleEstimates:

@@ -8,8 +8,8 @@ added by the HTTP intake or another process show up the same way).
 
 from __future__ import annotations
 
+from cpn.decisions import shape_of
 from cpn.jobs import JobSpec, JobState
-from cpn.policies.base import shape_of
 from cpn.store import Change, JobStore
 
 

@@ -1,0 +1,82 @@
+"""The metrics-source port: live GPU and CPU load per node, with a health state per cluster.
+
+Implemented by the Prometheus collector (DCGM and node-exporter series) and by the simulated
+clusters. A cluster whose metrics are `unknown` (Prometheus unreachable) is scheduled on inventory
+alone, and the scheduler says so; `degraded` means some series are missing or stale, and only the
+readings that are fresh are used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal, Protocol
+
+SeriesState = Literal["ok", "missing", "stale", "unreachable"]
+"""One required series of one cluster: present and fresh, absent, older than allowed, or no answer."""
+
+ClusterHealth = Literal["ok", "degraded", "unknown"]
+"""A cluster's metrics as a whole: every series ok; some missing or stale; none readable."""
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One card as the metrics see it."""
+
+    index: int
+    """0-based card index on its node (DCGM's `gpu` label)."""
+    utilization: float | None = None
+    """0..1, DCGM_FI_DEV_GPU_UTIL / 100; None = not reported."""
+    memory_used_gb: float | None = None
+    """Framebuffer in use (DCGM_FI_DEV_FB_USED), GB."""
+    memory_free_gb: float | None = None
+    """Framebuffer free (DCGM_FI_DEV_FB_FREE), GB."""
+
+
+@dataclass(frozen=True)
+class NodeReading:
+    """One node's live load, joined to inventory by node name (Kubernetes hostname)."""
+
+    node: str
+    cpu_used_cores: float | None = None
+    """Cores busy (node-exporter), None = not reported."""
+    memory_used_gb: float | None = None
+    """Host memory in use, GB."""
+    gpus: tuple[GpuReading, ...] = ()
+
+
+@dataclass(frozen=True)
+class SeriesHealth:
+    """The state of one required series on one cluster."""
+
+    name: str
+    state: SeriesState
+    age_s: float | None = None
+    """Age of its newest sample when read; None when there is none."""
+
+
+def _empty() -> Mapping:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class ClusterMetrics:
+    """What one cluster's metrics said at `time`."""
+
+    cluster: str
+    time: float
+    health: ClusterHealth
+    series: tuple[SeriesHealth, ...] = ()
+    nodes: Mapping[str, NodeReading] = field(default_factory=_empty)
+    """node name -> reading (fresh readings only)."""
+    detail: str = ""
+    """Why the health is not ok, in words."""
+
+
+class MetricsSource(Protocol):
+    """Live load of every cluster."""
+
+    def sample(self) -> Mapping[str, ClusterMetrics]:
+        """cluster name -> its metrics now; never raises for a cluster that does not answer (`unknown`)."""
+        ...

@@ -1,0 +1,143 @@
+"""What a scheduling round decides, shared by policies, the scheduler and the adapters.
+
+A policy sees one frozen `Snapshot` (pending jobs, node states, estimates, now) and returns one
+`Decision`: `Placement`s to start now, `Rejection`s of jobs no placement can ever satisfy, and a
+`Waiting` reason (and, where the plan gives one, a predicted start) for every job it leaves queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+from cpn.inventory import NodeState
+from cpn.jobs import JobSpec
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the scheduler believes about one job on one GPU type."""
+
+    runtime_s: float
+    """Predicted run time on the GPU type, transfer excluded."""
+    gpu_mem_gb: float | None = None
+    """Predicted GPU memory per card; None = unknown."""
+    uncertainty: float = 0.0
+    """Relative spread of the runtime estimate (0.1 = +-10%)."""
+    explore: bool = False
+    """The predictor has never seen this model: give its first run clean, exclusive resources."""
+
+
+def _frozen_empty() -> Mapping:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a policy may look at for one decision."""
+
+    now: float
+    """Seconds; simulated or wall-clock."""
+    pending: tuple[JobSpec, ...]
+    """Queued jobs in arrival order."""
+    nodes: tuple[NodeState, ...]
+    """Every node of every cluster with what is free on it."""
+    estimates: Mapping[str, Mapping[str, Estimate]] = field(default_factory=_frozen_empty)
+    """job_id -> canonical GPU type -> estimate. May be empty (FIFO needs none)."""
+    transfer_s: Mapping[str, Mapping[str, float]] = field(default_factory=_frozen_empty)
+    """job_id -> cluster -> seconds to move the job's image and data there."""
+    cpu_threshold: float = 0.7
+    """Nodes whose CPU load is above this take no more jobs."""
+    shapes: tuple[JobSpec, ...] | None = None
+    """One pending job of each shape (`shape_of`); None = not given. Lets a policy stop scanning
+    a long queue once no shape that waits could start on what is left."""
+
+
+def shape_of(job: JobSpec) -> tuple:
+    """What decides whether a job can start on given free capacity, bar memory and estimates."""
+    return (job.kind, job.num_gpus, job.gpu_share is not None, job.cpu)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Run `job_id` as one gang: `num_gpus` cards of `node`, plus the cards of any `extra_nodes`.
+
+    A job spans nodes only when it is wider than any node it may use; all its nodes are in one
+    cluster and have one GPU type. A one-card job with a `gpu_share` shares a card of `node` (which
+    one, the cluster decides: cpn.rules.pick_shared_card).
+    """
+
+    job_id: str
+    cluster: str
+    node: str
+    num_gpus: int
+    """Cards on `node`."""
+    extra_nodes: tuple[tuple[str, int], ...] = ()
+    """More nodes of the same cluster, with the cards the gang takes on each."""
+
+    @property
+    def nodes(self) -> tuple[tuple[str, int], ...]:
+        """Every (node, cards) of the gang, `node` first."""
+        return ((self.node, self.num_gpus), *self.extra_nodes)
+
+    @property
+    def total_gpus(self) -> int:
+        """Cards the gang holds over all its nodes."""
+        return self.num_gpus + sum(n for _, n in self.extra_nodes)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A job no placement can ever satisfy, and why (it goes to schedule-failed)."""
+
+    job_id: str
+    reason: str
+
+
+WaitCode = Literal[
+    "no-gpu-type",
+    "memory",
+    "pool-or-taint",
+    "cpu-threshold",
+    "gang",
+    "reserved",
+    "no-estimate",
+    "migrating",
+    "queue-order",
+]
+"""Why a job waits, one code per job and round:
+
+- `no-gpu-type`: no card of a GPU type the job may use is free;
+- `memory`: cards are free, but none has the GPU memory the job needs;
+- `pool-or-taint`: the only free cards are on nodes of a pool, or with taints, the job may not use;
+- `cpu-threshold`: free cards are on nodes whose CPU load is above the threshold;
+- `gang`: free cards exist, but not enough together on one node (or one cluster for a multi-node gang);
+- `reserved`: it could start, but the cards are held for an older job's reservation;
+- `no-estimate`: no runtime estimate on any free GPU type, so the policy cannot place it;
+- `migrating`: its image and data are being copied to the chosen cluster;
+- `queue-order`: it could start, but the policy starts other jobs first (e.g. FIFO's head of line).
+"""
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Why a queued job was left waiting this round, and when the plan expects it to start."""
+
+    job_id: str
+    code: WaitCode
+    detail: str = ""
+    """Human words: which GPU types, how much memory, which pool."""
+    predicted_start: float | None = None
+    """When the current plan starts it (seconds, the clock's time base); None = the policy has no plan."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One round's outcome: jobs to start now and jobs to give up on; the rest keep waiting."""
+
+    placements: tuple[Placement, ...] = ()
+    rejections: tuple[Rejection, ...] = ()
+    waiting: tuple[Waiting, ...] = ()
+    """Why each job left queued waits (a policy may leave some out; the scheduler fills in the rest)."""
