@@ -16,16 +16,17 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal, get_args, get_type_hints
 
 from cpn.clock import Clock, WallClock
+from cpn.decisions import Waiting
 from cpn.jobs import JobSpec, JobState, check_transition
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Stored in SQLite's `user_version`; a store written by a newer schema is refused, an older one upgraded."""
 
 _SCHEMA = (
@@ -38,7 +39,12 @@ _SCHEMA = (
         node         TEXT,
         location     TEXT,                 -- cluster holding the job's image and data now
         submitted_at REAL NOT NULL,
-        updated_at   REAL NOT NULL
+        updated_at   REAL NOT NULL,
+        placement    TEXT,                 -- JSON [[node, cards], ...] of the gang while placed
+        wait_code    TEXT,                 -- why it waits (cpn.decisions.WaitCode), latest round
+        wait_detail  TEXT,
+        predicted_start       REAL,        -- when the latest plan starts it
+        first_predicted_start REAL         -- the first start any plan gave it
     )""",
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq)",
     """CREATE TABLE IF NOT EXISTS transitions (
@@ -57,10 +63,23 @@ _SCHEMA = (
 
 _UPGRADES = {
     1: ("ALTER TABLE transitions ADD COLUMN gpu_mem_gb REAL",),
+    2: tuple(
+        f"ALTER TABLE jobs ADD COLUMN {column}"
+        for column in (
+            "placement TEXT",
+            "wait_code TEXT",
+            "wait_detail TEXT",
+            "predicted_start REAL",
+            "first_predicted_start REAL",
+        )
+    ),
 }
 """Statements that bring a store of schema version k to k + 1."""
 
-_JOB_COLUMNS = "spec, state, cluster, node, location, submitted_at, updated_at"
+_JOB_COLUMNS = (
+    "spec, state, cluster, node, location, submitted_at, updated_at, placement, "
+    "wait_code, wait_detail, predicted_start, first_predicted_start"
+)
 _TRANSITION_COLUMNS = "job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb"
 _INSERT_TRANSITION = f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _IN_CHUNK = 500
@@ -87,11 +106,22 @@ class JobRecord:
     """When the store accepted the job (its entry into `queued`), by the store's clock."""
     updated_at: float
     """Time of the job's latest transition."""
+    placement: tuple[tuple[str, int], ...] = ()
+    """Every (node, cards) of the job's gang while it is placed; empty otherwise."""
+    waiting: Waiting | None = None
+    """Why the latest round left it queued, and when that round's plan starts it; None when not queued."""
+    first_predicted_start: float | None = None
+    """The first start time any plan predicted for it (kept after it starts, to measure predictions)."""
 
     @property
     def job_id(self) -> str:
         """The job's id, `<namespace>/<name>`."""
         return self.spec.job_id
+
+    @property
+    def gpus(self) -> int:
+        """Cards the job holds over all its nodes (0 when unplaced)."""
+        return sum(cards for _, cards in self.placement)
 
 
 @dataclass(frozen=True)
@@ -172,6 +202,7 @@ class JobStore:
         self.path = str(path)
         self._clock = clock or WallClock()
         self._lock = threading.RLock()
+        self._listeners: list[Callable[[], None]] = []
         try:
             self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -268,6 +299,9 @@ class JobStore:
                     for job_id, *_ in new_jobs
                 ],
             )
+        if new_jobs:
+            for listener in self._listeners:
+                listener()
         return outcomes
 
     def transition(
@@ -281,6 +315,7 @@ class JobStore:
         location: str | None = None,
         at: float | None = None,
         gpu_mem_gb: float | None = None,
+        placement: Sequence[tuple[str, int]] | None = None,
     ) -> None:
         """Move a job to `new_state` and record the move, atomically.
 
@@ -291,29 +326,69 @@ class JobStore:
         records that the job's image and data now sit in that cluster (after a migration).
         `at` is when it happened, for events reported after the fact (default: now).
         `gpu_mem_gb` is the peak GPU memory per card the cluster measured, on a run's end.
+        `placement` is every (node, cards) of the gang (kept like `cluster`; cleared with it). Leaving
+        `queued` clears the job's waiting reason.
         """
         new_state = JobState(new_state)
         now = self._clock.now() if at is None else at
         with self._write() as db:
-            row = db.execute("SELECT state, cluster, node FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            row = db.execute(
+                "SELECT state, cluster, node, placement FROM jobs WHERE job_id = ?", (job_id,)
+            ).fetchone()
             if row is None:
                 raise UnknownJob(job_id)
             old_state = JobState(row[0])
             check_transition(job_id, old_state, new_state)
+            gang = None if placement is None else json.dumps([[n, c] for n, c in placement])
             if new_state in (JobState.QUEUED, JobState.SCHEDULE_FAILED):
-                cluster, node = None, None
+                cluster, node, gang = None, None, None
             else:
                 cluster = row[1] if cluster is None else cluster
                 node = row[2] if node is None else node
+                gang = row[3] if gang is None else gang
             db.execute(
                 "UPDATE jobs SET state = ?, cluster = ?, node = ?, location = COALESCE(?, location), "
-                "updated_at = ? WHERE job_id = ?",
-                (new_state.value, cluster, node, location, now, job_id),
+                "updated_at = ?, placement = ?, wait_code = CASE WHEN ? THEN wait_code END, "
+                "wait_detail = CASE WHEN ? THEN wait_detail END WHERE job_id = ?",
+                (
+                    new_state.value,
+                    cluster,
+                    node,
+                    location,
+                    now,
+                    gang,
+                    new_state == JobState.QUEUED,
+                    new_state == JobState.QUEUED,
+                    job_id,
+                ),
             )
             db.execute(
                 _INSERT_TRANSITION,
                 (job_id, old_state.value, new_state.value, now, reason, cluster, node, gpu_mem_gb),
             )
+
+    def set_waiting(self, waiting: Sequence[Waiting]) -> None:
+        """Record why each of these queued jobs waits, and its predicted start, in one transaction.
+
+        Not a transition: nothing is added to the history. A job that has left `queued` meanwhile
+        is left alone. The first predicted start a job gets is kept for good.
+        """
+        if not waiting:
+            return
+        rows = [
+            (w.code, w.detail, w.predicted_start, w.predicted_start, w.job_id, JobState.QUEUED.value)
+            for w in waiting
+        ]
+        with self._write() as db:
+            db.executemany(
+                "UPDATE jobs SET wait_code = ?, wait_detail = ?, predicted_start = ?, "
+                "first_predicted_start = COALESCE(first_predicted_start, ?) WHERE job_id = ? AND state = ?",
+                rows,
+            )
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` after every committed `submit` that queued a new job (e.g. to wake a loop)."""
+        self._listeners.append(listener)
 
     def get(self, job_id: str) -> JobRecord:
         """The job with this id; UnknownJob if there is none."""
@@ -420,8 +495,20 @@ def _differing_fields(stored: str, new: str) -> list[str]:
 
 
 def _record(row: tuple) -> JobRecord:
-    spec, state, cluster, node, location, submitted_at, updated_at = row
-    return JobRecord(_decode(spec), JobState(state), cluster, node, location, submitted_at, updated_at)
+    spec, state, cluster, node, location, submitted_at, updated_at, gang, code, detail, start, first = row
+    job = _decode(spec)
+    return JobRecord(
+        job,
+        JobState(state),
+        cluster,
+        node,
+        location,
+        submitted_at,
+        updated_at,
+        placement=tuple((n, c) for n, c in json.loads(gang)) if gang else (),
+        waiting=Waiting(job.job_id, code, detail or "", start) if code else None,
+        first_predicted_start=first,
+    )
 
 
 def _transition(row: tuple) -> Transition:

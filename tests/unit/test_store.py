@@ -10,8 +10,9 @@ from dataclasses import replace
 import pytest
 
 from cpn.clock import SimClock
+from cpn.decisions import Waiting
 from cpn.jobs import IllegalTransition, JobSpec, JobState
-from cpn.store import JobConflict, JobStore, StoreError, SubmitOutcome, Transition, UnknownJob
+from cpn.store import SCHEMA_VERSION, JobConflict, JobStore, StoreError, SubmitOutcome, Transition, UnknownJob
 
 
 def spec(name: str = "a", **changes: object) -> JobSpec:
@@ -293,4 +294,34 @@ def test_store_of_schema_1_is_upgraded_in_place_keeping_its_jobs(tmp_path, clock
     with JobStore(path, clock=clock) as store:
         assert store.history("old")[-1].gpu_mem_gb == 3.5
     with closing(sqlite3.connect(path)) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_waiting_reason_and_first_predicted_start_are_kept_until_the_job_leaves_the_queue(store, clock):
+    store.submit([JobSpec(job_id="ns/a", model="m"), JobSpec(job_id="ns/b", model="m")])
+    store.set_waiting([Waiting("ns/a", "memory", "needs 20 GB", predicted_start=50.0)])
+    store.set_waiting([Waiting("ns/a", "gang", "needs 8 cards together", predicted_start=70.0)])
+    a = store.get("ns/a")
+    assert (a.waiting.code, a.waiting.detail, a.waiting.predicted_start) == (
+        "gang",
+        "needs 8 cards together",
+        70.0,
+    )
+    assert a.first_predicted_start == 50.0
+    assert store.get("ns/b").waiting is None
+    store.transition("ns/a", JobState.ASSIGNED, cluster="c", node="n1", placement=[("n1", 2), ("n2", 2)])
+    a = store.get("ns/a")
+    assert a.waiting is None and a.first_predicted_start == 50.0
+    assert a.placement == (("n1", 2), ("n2", 2)) and a.gpus == 4
+    store.set_waiting([Waiting("ns/a", "memory")])  # no longer queued: left alone
+    assert store.get("ns/a").waiting is None
+    store.transition("ns/a", JobState.QUEUED, reason="submit refused")
+    assert store.get("ns/a").placement == ()
+
+
+def test_listeners_hear_of_new_jobs_only(store):
+    heard = []
+    store.add_listener(lambda: heard.append(1))
+    store.submit([JobSpec(job_id="ns/a", model="m")])
+    store.submit([JobSpec(job_id="ns/a", model="m")])  # already there: nothing new
+    assert heard == [1]
