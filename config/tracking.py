@@ -1,10 +1,13 @@
 """Where the predictor's MLflow runs and registered models live, by default.
 
-Plain constants, free of MLflow, so the command line can show them without importing it.
+Plain values, free of MLflow, so the command line can show them without importing it.
 """
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
-"""A local SQLite store beside the working directory: the demo and training need no server."""
+from config.runtime import runtime_settings
+
+DEFAULT_TRACKING_URI = runtime_settings().mlflow_uri
+"""The MLflow store of this cpn home (`$CPN_HOME/mlflow.db`, or `$CPN_TRACKING_URI`), as an absolute URI
+read once when cpn starts: every command, whatever its working directory, uses the same store."""
 
 EXPERIMENT = "cpn-predictor"
 """The MLflow experiment every training run is logged in."""
