@@ -22,6 +22,9 @@ DEMO_DIR = REPO_ROOT / "config" / "demo"
 DATA_DIR = REPO_ROOT / "data"
 """Measured data shipped with the project (see data/README.md for sources and licences)."""
 
+DEFAULT_CPU_THRESHOLD = 0.7
+"""A node whose CPU in use is above this fraction of its cores takes no more jobs (the seed's 70%)."""
+
 Usage = Literal["training", "inference", "hybrid"]
 """Node pool a node belongs to, as in the seed's `<domain>/node.usage` label and taint."""
 
@@ -61,6 +64,61 @@ class NodeGroup(_Strict):
     extra_taints: tuple[TaintConfig, ...] = Field((), description="Taints beyond the scheme.")
 
 
+class PromQuery(_Strict):
+    """One reading the collector takes from Prometheus, and the raw series that dates it."""
+
+    query: str = Field(description="PromQL whose samples give the reading (labels carry node and card).")
+    series: str = Field(
+        description="Raw series selector whose sample timestamps say whether the reading is fresh; "
+        "missing or older than the staleness limit makes the reading unusable."
+    )
+
+
+_NODE_JOIN = "* on (instance) group_left (nodename) node_uname_info"
+
+
+class PromQueries(_Strict):
+    """The PromQL of every reading, per cluster; the defaults read dcgm-exporter and node-exporter.
+
+    GPU readings are labelled with `Hostname` and `gpu` (dcgm-exporter's own labels); node readings with
+    `nodename` (joined from node-exporter's `node_uname_info`).
+    """
+
+    gpu_utilization: PromQuery = PromQuery(query="DCGM_FI_DEV_GPU_UTIL", series="DCGM_FI_DEV_GPU_UTIL")
+    gpu_memory_used: PromQuery = PromQuery(query="DCGM_FI_DEV_FB_USED", series="DCGM_FI_DEV_FB_USED")
+    gpu_memory_free: PromQuery = PromQuery(query="DCGM_FI_DEV_FB_FREE", series="DCGM_FI_DEV_FB_FREE")
+    cpu_used_cores: PromQuery = PromQuery(
+        query=f'sum by (nodename) (rate(node_cpu_seconds_total{{mode!="idle"}}[1m]) {_NODE_JOIN})',
+        series="node_cpu_seconds_total",
+    )
+    memory_used_bytes: PromQuery = PromQuery(
+        query=f"(node_memory_MemTotal_bytes - node_memory_MemAvailable_bytes) {_NODE_JOIN}",
+        series="node_memory_MemAvailable_bytes",
+    )
+
+
+class MetricsSettings(_Strict):
+    """How one cluster's Prometheus is read."""
+
+    scrape_interval_s: float = Field(
+        15, gt=0, description="The Prometheus scrape interval of the exporters (its `scrape_interval`)."
+    )
+    stale_after_s: float | None = Field(
+        None,
+        gt=0,
+        description="A series whose newest sample is older than this is stale; none = 3 scrape intervals.",
+    )
+    timeout_s: float = Field(
+        5, gt=0, description="Seconds to wait for Prometheus before calling it unreachable."
+    )
+    queries: PromQueries = PromQueries()
+
+    @property
+    def staleness_s(self) -> float:
+        """The age beyond which a sample is stale."""
+        return self.stale_after_s if self.stale_after_s is not None else 3 * self.scrape_interval_s
+
+
 class Cluster(_Strict):
     """One Kubernetes cluster and where to reach its services."""
 
@@ -69,8 +127,31 @@ class Cluster(_Strict):
     kube_context: str | None = Field(
         None, description="kubeconfig context of the real cluster; none = simulated."
     )
+    kubeconfig: str | None = Field(
+        None,
+        description="kubeconfig file holding `kube_context` (`~` expanded); none = $KUBECONFIG or "
+        "~/.kube/config. Point it at the cluster's API server address (the seed's 'change the target IP').",
+    )
+    hami: bool = Field(
+        False,
+        description="The cluster runs the HAMi scheduler: jobs that share a card ask for `nvidia.com/gpumem` "
+        "and `nvidia.com/gpucores`, and pods carry `hami.io/resource-pool` when `hami_resource_pool` is set.",
+    )
+    hami_resource_pool: str | None = Field(
+        None, description="HAMi resource pool every pod of this cluster names (the seed's State Grid: poc)."
+    )
+    kubernetes_version: str = Field(
+        "1.30",
+        pattern=r"^1\.[0-9]+$",
+        description="Kubernetes minor version whose schemas every manifest is validated against before "
+        "it is submitted (kubernetes-validate), e.g. 1.30.",
+    )
     prometheus_url: str | None = Field(None, description="Prometheus base URL with DCGM metrics.")
     registry: str | None = Field(None, description="OCI registry host:port images are copied to.")
+    registry_insecure: bool = Field(
+        False, description="Talk plain HTTP / unverified TLS to `registry` (loopback test registries)."
+    )
+    metrics: MetricsSettings = Field(MetricsSettings(), description="How `prometheus_url` is read.")
     node_groups: tuple[NodeGroup, ...] = Field(min_length=1, description="The cluster's GPU nodes.")
 
 
@@ -134,7 +215,10 @@ class PolicySettings(_Strict):
 
     name: str = Field("fifo", description="Policy name, as listed by `cpn policies`.")
     cpu_threshold: float = Field(
-        0.7, gt=0, le=1, description="A node whose CPU load is above this fraction takes no more jobs."
+        DEFAULT_CPU_THRESHOLD,
+        gt=0,
+        le=1,
+        description="A node whose CPU load is above this fraction takes no more jobs.",
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from config.settings import DEFAULT_CPU_THRESHOLD
 from cpn.inventory import NodeState
 from cpn.jobs import JobSpec
 
@@ -48,7 +49,7 @@ class Snapshot:
     """job_id -> canonical GPU type -> estimate. May be empty (FIFO needs none)."""
     transfer_s: Mapping[str, Mapping[str, float]] = field(default_factory=_frozen_empty)
     """job_id -> cluster -> seconds to move the job's image and data there."""
-    cpu_threshold: float = 0.7
+    cpu_threshold: float = DEFAULT_CPU_THRESHOLD
     """Nodes whose CPU load is above this take no more jobs."""
     shapes: tuple[JobSpec, ...] | None = None
     """One pending job of each shape (`shape_of`); None = not given. Lets a policy stop scanning

@@ -48,9 +48,12 @@ class QueueView:
             and c.location != self._location[c.job_id]
         ]
         for change in latest.values():
-            if change.state != JobState.QUEUED and change.job_id in self._specs:
-                self._leave(change.job_id)
-            self._location[change.job_id] = change.location
+            if change.state != JobState.QUEUED:
+                if change.job_id in self._specs:
+                    self._leave(change.job_id)
+                self._location.pop(change.job_id, None)
+            else:
+                self._location[change.job_id] = change.location
         specs = self.store.specs([c.job_id for c in entering])
         in_order = True
         for change in entering:
@@ -91,6 +94,15 @@ class QueueView:
         """A queued job's spec."""
         return self._specs[job_id]
 
+    def size(self) -> int:
+        """How many jobs are queued."""
+        return len(self._specs)
+
+    def holds(self, job_id: str) -> bool:
+        """Whether the job is queued."""
+        return job_id in self._specs
+
     def location(self, job_id: str) -> str | None:
-        """Cluster holding the job's image and data (None: nowhere in particular)."""
+        """Cluster holding a queued job's image and data (None: nowhere in particular). Only queued jobs
+        are remembered, so the view's memory follows the queue, not the store's history."""
         return self._location.get(job_id)

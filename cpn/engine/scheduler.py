@@ -1,9 +1,22 @@
 """One scheduling round, the same for live clusters and the simulator.
 
-A round applies the gateway's job events to the store, builds one frozen
-Snapshot (queued jobs, node states, estimates, now), asks the policy for a
-Decision, and carries it out: rejected jobs go to `schedule-failed`, placed
-jobs are assigned and submitted through the gateway.
+A round runs in stages, each a public method so that an orchestrator can run, time and retry
+them one by one (the Prefect flow does):
+
+1. `collect`: apply the gateway's job events and the migrator's finished copies to the store
+   (idempotent: an event the store already reflects, as after a restart, is skipped);
+2. `snapshot`: one frozen Snapshot (queued jobs, node states with live load, estimates, now);
+3. `decide`: the policy's Decision, with a waiting reason for every job it leaves queued;
+4. `assign`: record rejections and assignments, and split placements into those that must first
+   migrate and those that can start;
+5. `migrate` and `submit`: start the copies, submit the rest through the gateway;
+6. `record_waiting`: store why each job still waits and when the plan starts it.
+
+`reconcile` runs once at start-up: it settles jobs a crash left between two transitions against
+what the clusters and the migrator say, so a restart loses nothing and submits nothing twice.
+
+Caches keyed by job (estimates, transfer rows, explored specs, waiting reasons written) hold only
+queued jobs: a service that has seen 100,000 jobs holds what one with the same queue holds.
 
 A job whose estimates say `explore` (a model the predictor has never seen) runs on
 whole cards even if it asked to share one: the policy and the cluster see it without
@@ -13,22 +26,39 @@ its measured runtime, free of a partner's interference, may train the predictor.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Protocol
 
+from config.settings import DEFAULT_CPU_THRESHOLD
 from cpn.adapters.gateway import ClusterGateway, JobEvent, SubmitRejected
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
-from cpn.decisions import Decision, Estimate, Snapshot
+from cpn.decisions import Decision, Estimate, Placement, Snapshot, Waiting
 from cpn.engine.queue_view import QueueView
 from cpn.engine.transfer import TransferTimes
 from cpn.inventory import NodeState
-from cpn.jobs import JobSpec, JobState
+from cpn.jobs import IllegalTransition, JobSpec, JobState
 from cpn.policies.base import Policy
 from cpn.rules import EXCLUSIVE_REASON, is_sharing
-from cpn.store import JobStore
+from cpn.store import JobStore, UnknownJob
+
+log = logging.getLogger(__name__)
+
+UNEXPLAINED = "the policy gave no reason"
+"""Detail of the waiting reason the scheduler records for a job the policy left queued without one."""
+
+RESTART_UNSUBMITTED = "restart: assigned but never submitted; queued again"
+RESTART_MIGRATION_LOST = "restart: its migration was interrupted; queued again"
+
+MIGRATION_FAILED = "migration failed"
+MAX_MIGRATION_FAILURES = 3
+"""A job whose copies failed this many times fails, instead of going back to the queue again."""
+
+NodeLoad = Callable[[tuple[NodeState, ...]], tuple[NodeState, ...]]
+"""Adjusts node states by measured load (live GPU memory and CPU in use); see cpn.adapters.metrics."""
 
 _EVENT_STATE = {"running": JobState.RUNNING, "succeeded": JobState.SUCCEEDED, "failed": JobState.FAILED}
 
@@ -41,6 +71,16 @@ class EstimateSource(Protocol):
     ) -> Mapping[str, Mapping[str, Estimate]]:
         """job_id -> GPU type -> estimate for every pending job on every GPU type."""
         ...
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """What start-up reconciliation settled."""
+
+    submitted: tuple[str, ...] = ()
+    """Assigned jobs the clusters turned out to hold: recorded as submitted."""
+    requeued: tuple[str, ...] = ()
+    """Assigned jobs never submitted, and jobs whose migration was lost: queued again."""
 
 
 @dataclass(frozen=True)
@@ -70,10 +110,11 @@ class Scheduler:
         gateway: ClusterGateway,
         policy: Policy,
         clock: Clock,
-        cpu_threshold: float = 0.7,
+        cpu_threshold: float = DEFAULT_CPU_THRESHOLD,
         estimator: EstimateSource | None = None,
         transfers: TransferTimes | None = None,
         migrator: Migrator | None = None,
+        node_load: NodeLoad | None = None,
     ) -> None:
         if (transfers is None) != (migrator is None):
             raise ValueError("give both transfers and migrator, or neither")
@@ -85,6 +126,7 @@ class Scheduler:
         self.estimator = estimator
         self.transfers = transfers
         self.migrator = migrator
+        self.node_load = node_load
         self.queue = QueueView(store)
         self._estimates: dict[str, Mapping[str, Estimate]] = {}
         self._exclusive: dict[str, JobSpec] = {}
@@ -92,11 +134,23 @@ class Scheduler:
         self._estimated_types: tuple[str, ...] = ()
         self._transfer_rows: dict[str, Mapping[str, float]] = {}
         self._transfer_from: dict[str, str] = {}
+        self._waiting_written: dict[str, Waiting] = {}
+        """job_id -> the waiting reason last written to the store, so unchanged ones are not rewritten."""
+
+    def _move(self, job_id: str, state: JobState, **kw: object) -> bool:
+        """Record a reported transition; False (nothing written) when the store already reflects it or
+        has moved past it, as when a restarted gateway reports again what happened before."""
+        try:
+            self.store.transition(job_id, state, **kw)
+        except (IllegalTransition, UnknownJob) as exc:
+            log.info("skipped a reported transition: %s", exc)
+            return False
+        return True
 
     def apply_events(self, events: list[JobEvent]) -> None:
         """Move jobs along as the clusters report them (running, succeeded, failed)."""
         for event in events:
-            self.store.transition(
+            self._move(
                 event.job_id,
                 _EVENT_STATE[event.kind],
                 reason=event.reason,
@@ -105,10 +159,12 @@ class Scheduler:
             )
 
     def apply_migrations(self, done: list[MigrationDone]) -> None:
-        """Finished copies queue their job again where its payload now is; failed copies fail it."""
+        """Finished copies queue their job again where its payload now is; failed copies queue it again
+        where it was, with the reason (the policy may pick another cluster or retry), until the
+        `MAX_MIGRATION_FAILURES`th failure fails the job."""
         for m in done:
             if m.ok:
-                self.store.transition(
+                self._move(
                     m.job_id,
                     JobState.QUEUED,
                     reason=f"migrated to {m.cluster}",
@@ -116,12 +172,42 @@ class Scheduler:
                     at=m.time,
                 )
             else:
-                self.store.transition(
-                    m.job_id,
-                    JobState.FAILED,
-                    reason=f"migration to {m.cluster} failed: {m.reason}",
-                    at=m.time,
-                )
+                reason = f"{MIGRATION_FAILED} to {m.cluster}: {m.reason}"
+                failures = sum(t.reason.startswith(MIGRATION_FAILED) for t in self.store.history(m.job_id))
+                state = JobState.FAILED if failures + 1 >= MAX_MIGRATION_FAILURES else JobState.QUEUED
+                self._move(m.job_id, state, reason=reason, at=m.time)
+
+    def collect(self) -> int:
+        """Stage 1: apply the clusters' events and finished migrations; returns how many events."""
+        events = self.gateway.poll_events()
+        self.apply_events(events)
+        if self.migrator is not None:
+            self.apply_migrations(self.migrator.poll())
+        return len(events)
+
+    def reconcile(self, held: frozenset[str], migrating: frozenset[str] = frozenset()) -> Reconciled:
+        """Settle, at start-up, jobs a stop left between two transitions.
+
+        `held`: the ids of jobs the clusters hold for cpn (submitted, running or finished but not yet
+        reported); `migrating`: copies the migrator is still making. An assigned job the clusters hold
+        was submitted before the stop: it is recorded as such; one they do not hold was never submitted
+        and is queued again. A migrating job whose copy is not going on is queued again (the copy
+        starts over if the policy still picks that cluster). Events the clusters report afterwards
+        move the rest along as usual.
+        """
+        submitted, requeued = [], []
+        for record in self.store.jobs([JobState.ASSIGNED, JobState.MIGRATING]):
+            job_id = record.job_id
+            if record.state == JobState.ASSIGNED and job_id in held:
+                self.store.transition(job_id, JobState.SUBMITTED, reason="restart: found on the cluster")
+                submitted.append(job_id)
+            elif record.state == JobState.ASSIGNED:
+                self.store.transition(job_id, JobState.QUEUED, reason=RESTART_UNSUBMITTED)
+                requeued.append(job_id)
+            elif job_id not in migrating:
+                self.store.transition(job_id, JobState.QUEUED, reason=RESTART_MIGRATION_LOST)
+                requeued.append(job_id)
+        return Reconciled(tuple(submitted), tuple(requeued))
 
     def _update_estimates(self, entering: tuple[JobSpec, ...], nodes: tuple[NodeState, ...]) -> None:
         if self.estimator is None:
@@ -161,7 +247,10 @@ class Scheduler:
         jobs no longer pending.
         """
         entering = self.queue.refresh()
+        self._prune()
         nodes = self.gateway.inventory()
+        if self.node_load is not None:
+            nodes = self.node_load(nodes)
         self._update_estimates(entering, nodes)
         self._update_transfers(entering)
         pending = self.queue.pending()
@@ -177,11 +266,41 @@ class Scheduler:
             shapes=self.queue.shapes(),
         )
 
-    def execute(self, snapshot: Snapshot, decision: Decision) -> tuple[int, int, int]:
-        """Carry out a decision; returns (submitted, migrating, refused by the cluster)."""
+    def _prune(self) -> None:
+        """Forget what is cached for jobs no longer queued (amortised: only once the caches outgrow the
+        queue), so memory follows the queue, not the service's history."""
+        queued = self.queue.size()
+        for cache in (
+            self._estimates,
+            self._transfer_rows,
+            self._transfer_from,
+            self._exclusive,
+            self._waiting_written,
+        ):
+            if len(cache) > 2 * queued + 64:
+                for job_id in [j for j in cache if not self.queue.holds(j)]:
+                    del cache[job_id]
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        """Stage 3: the policy's decision, with a waiting reason for every queued job it does not start."""
+        if not snapshot.pending:
+            return Decision()
+        decision = self.policy.decide(snapshot)
+        moving = {p.job_id for p in decision.placements} | {r.job_id for r in decision.rejections}
+        explained = {w.job_id for w in decision.waiting}
+        missing = tuple(
+            Waiting(job.job_id, "queue-order", UNEXPLAINED)
+            for job in snapshot.pending
+            if job.job_id not in moving and job.job_id not in explained
+        )
+        return replace(decision, waiting=decision.waiting + missing) if missing else decision
+
+    def assign(self, decision: Decision) -> tuple[list[Placement], list[Placement]]:
+        """Stage 4: record rejections and assignments; returns (placements that must first migrate their
+        job's image and data, placements that can be submitted now)."""
         for rejection in decision.rejections:
             self.store.transition(rejection.job_id, JobState.SCHEDULE_FAILED, reason=rejection.reason)
-        placed = migrating = refused = 0
+        to_migrate, to_submit = [], []
         for placement in decision.placements:
             self.store.transition(
                 placement.job_id,
@@ -189,15 +308,35 @@ class Scheduler:
                 reason=EXCLUSIVE_REASON if placement.job_id in self._exclusive else "",
                 cluster=placement.cluster,
                 node=placement.node,
+                placement=placement.nodes,
             )
             location = self.queue.location(placement.job_id)
             if self.migrator is not None and location is not None and location != placement.cluster:
-                self.store.transition(
-                    placement.job_id, JobState.MIGRATING, reason=f"{location} -> {placement.cluster}"
-                )
-                self.migrator.start(self._spec(placement.job_id), location, placement.cluster)
-                migrating += 1
-                continue
+                to_migrate.append(placement)
+            else:
+                to_submit.append(placement)
+        return to_migrate, to_submit
+
+    def migrate(self, placements: list[Placement]) -> int:
+        """Stage 5a: start copying each job's image and data to its chosen cluster; returns how many."""
+        for placement in placements:
+            location = self.queue.location(placement.job_id)
+            self.store.transition(
+                placement.job_id, JobState.MIGRATING, reason=f"{location} -> {placement.cluster}"
+            )
+            assert self.migrator is not None, "placements to migrate come only with a migrator"
+            self.migrator.start(self._spec(placement.job_id), location or "", placement.cluster)
+        return len(placements)
+
+    def submit(self, placements: list[Placement]) -> tuple[int, int]:
+        """Stage 5b: submit each placed job through the gateway; returns (submitted, refused).
+
+        The job is `assigned` in the store before the gateway is called and `submitted` after, so a
+        crash in between is settled by `reconcile` against what the cluster holds. A refusal queues the
+        job again with the cluster's reason.
+        """
+        placed = refused = 0
+        for placement in placements:
             try:
                 self.gateway.submit(self._spec(placement.job_id), placement)
             except SubmitRejected as exc:
@@ -206,20 +345,33 @@ class Scheduler:
                 continue
             self.store.transition(placement.job_id, JobState.SUBMITTED)
             placed += 1
+        return placed, refused
+
+    def execute(self, snapshot: Snapshot, decision: Decision) -> tuple[int, int, int]:
+        """Stages 4-6 at once; returns (submitted, migrating, refused by the cluster)."""
+        to_migrate, to_submit = self.assign(decision)
+        migrating = self.migrate(to_migrate)
+        placed, refused = self.submit(to_submit)
+        self.record_waiting(decision)
         return placed, migrating, refused
 
+    def record_waiting(self, decision: Decision) -> int:
+        """Stage 6: store the waiting reasons that changed since last written; returns how many."""
+        changed = [w for w in decision.waiting if self._waiting_written.get(w.job_id) != w]
+        self.store.set_waiting(changed)
+        for w in changed:
+            self._waiting_written[w.job_id] = w
+        return len(changed)
+
     def round(self) -> RoundResult:
-        """Apply events, decide, execute."""
-        events = self.gateway.poll_events()
-        self.apply_events(events)
-        if self.migrator is not None:
-            self.apply_migrations(self.migrator.poll())
+        """Every stage once: collect, snapshot, decide, assign, migrate, submit, record waiting."""
+        events = self.collect()
         snapshot = self.snapshot()
-        decision = self.policy.decide(snapshot) if snapshot.pending else Decision()
+        decision = self.decide(snapshot)
         placed, migrating, refused = self.execute(snapshot, decision)
         return RoundResult(
             time=snapshot.now,
-            events=len(events),
+            events=events,
             placed=placed,
             migrating=migrating,
             rejected=len(decision.rejections),
