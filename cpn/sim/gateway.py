@@ -113,8 +113,12 @@ class SimulatedGateway:
     `executions` in the order they ended (one per node of a gang).
     """
 
-    def __init__(self, nodes: Sequence[Node], truth: GroundTruth, clock: SimClock) -> None:
+    def __init__(
+        self, nodes: Sequence[Node], truth: GroundTruth, clock: SimClock, keep_executions: bool = True
+    ) -> None:
         self.truth = truth
+        self.keep_executions = keep_executions
+        """Keep every finished run in `executions` (for reports); a long-running service turns it off."""
         self.clock = clock
         self._nodes: dict[tuple[str, str], Node] = {}
         for node in nodes:
@@ -284,6 +288,10 @@ class SimulatedGateway:
         events, self._events = self._events, []
         return events
 
+    def held_jobs(self) -> frozenset[str]:
+        """Jobs running now, and those whose end is not yet polled."""
+        return frozenset(self._runs) | {e.job_id for e in self._events}
+
     def _drop_stale(self) -> None:
         while self._heap:
             _, seq, job_id = self._heap[0]
@@ -320,6 +328,8 @@ class SimulatedGateway:
                     del use.shared[run.card]
                     use.free = sorted([*use.free, run.card])
             self._states[key] = self._state(key)
+            if not self.keep_executions:
+                continue
             self.executions.append(
                 Execution(
                     job_id, node.cluster, node.name, gpus, run.start, end, kind, run.outcome.reason, run.share
@@ -335,6 +345,23 @@ class SimulatedGateway:
         if run.outcome.reason == OOM_REASON:
             return None
         return self.truth.memory_gb(run.job, sum(len(gpus) for _, gpus in run.held))
+
+    def card_use(self) -> dict[tuple[str, str], dict[int, tuple[float, float]]]:
+        """(cluster, node) -> card index -> (utilisation 0..1, GB of its memory in use), busy cards only.
+
+        What a DCGM exporter would read now (cpn.sim.exporter): a training run keeps its cards busy (by
+        its share on a shared card); every run but an OOM-killed one holds the memory it uses.
+        """
+        use: dict[tuple[str, str], dict[int, tuple[float, float]]] = {}
+        for run in self._runs.values():
+            gb = self._measured_gb(run) or 0.0
+            util = run.share if run.trains else 0.0
+            for node, gpus in run.held:
+                cards = use.setdefault((node.cluster, node.name), {})
+                for i in gpus:
+                    old_util, old_gb = cards.get(i, (0.0, 0.0))
+                    cards[i] = (min(1.0, old_util + util), old_gb + gb)
+        return use
 
     def running_jobs(self) -> tuple[str, ...]:
         """Ids of the jobs running now, in start order."""

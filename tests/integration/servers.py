@@ -1,0 +1,276 @@
+"""Real local servers for the integration tests: Prometheus, docker-registry, and a hand-built OCI image.
+
+Every server runs on a free loopback port with a generated config in a temporary folder, and is always
+stopped (context managers). Needs the Debian packages `prometheus`, `docker-registry` and `skopeo`
+(`.ci/run` installs them).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import socket
+import subprocess
+import tarfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout_s: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait until `url` answers 200, or fail naming the URL (and the process's exit, if it died)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server for {url} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout_s} s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Terminate a server we started and reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def prometheus(tmp: Path, scrape_configs: list[dict], interval_s: float = 1.0) -> Iterator[str]:
+    """A real Prometheus scraping `scrape_configs` every `interval_s`; yields its base URL."""
+    port = free_port()
+    config = tmp / "prometheus.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": f"{interval_s:g}s", "scrape_timeout": f"{interval_s:g}s"},
+                "scrape_configs": scrape_configs,
+            }
+        )
+    )
+    log = open(tmp / "prometheus.log", "wb")
+    proc = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/-/ready", proc=proc)
+        yield url
+    finally:
+        stop(proc)
+        log.close()
+
+
+class Registry:
+    """A running docker-registry: its `address` (host:port); `kill` stops it at once."""
+
+    def __init__(self, address: str, proc: subprocess.Popen) -> None:
+        self.address = address
+        self.proc = proc
+
+    def kill(self) -> None:
+        """SIGKILL: the registry dies mid-request, as a crashed one would."""
+        self.proc.kill()
+        self.proc.wait()
+
+
+@contextmanager
+def registry(tmp: Path) -> Iterator[Registry]:
+    """A real docker-registry (distribution 2.8) on a free loopback port, storing in `tmp`."""
+    port = free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
+    config = tmp / "config.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": 0.1,
+                "log": {"level": "error"},
+                "storage": {"filesystem": {"rootdirectory": str(tmp / "data")}, "delete": {"enabled": True}},
+                "http": {"addr": f"127.0.0.1:{port}"},
+            }
+        )
+    )
+    log = open(tmp / "registry.log", "wb")
+    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/v2/", proc=proc)
+        yield Registry(f"127.0.0.1:{port}", proc)
+    finally:
+        stop(proc)
+        log.close()
+
+
+def build_oci_image(root: Path, tag: str = "v1", layer_bytes: int = 4096, seed: int = 0) -> str:
+    """An OCI image layout at `root` with one gzip layer of `layer_bytes` random bytes; returns its digest.
+
+    Built by hand (no Docker): a tar of one file, gzipped, its config and manifest JSON, every blob stored
+    under its sha256.
+    """
+    blobs = root / "blobs" / "sha256"
+    blobs.mkdir(parents=True, exist_ok=True)
+
+    def put(data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        (blobs / digest).write_bytes(data)
+        return f"sha256:{digest}"
+
+    payload = random_bytes(layer_bytes, seed)
+    tar_buf = io.BytesIO()
+    with tarfile.open(fileobj=tar_buf, mode="w") as tar:
+        info = tarfile.TarInfo("payload.bin")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    diff = tar_buf.getvalue()
+    layer = gzip.compress(diff, mtime=0)
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {},
+            "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(diff).hexdigest()}"]},
+        }
+    ).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": put(config),
+                "size": len(config),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                    "digest": put(layer),
+                    "size": len(layer),
+                }
+            ],
+        }
+    ).encode()
+    digest = put(manifest)
+    (root / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
+    (root / "index.json").write_text(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "manifests": [
+                    {
+                        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                        "digest": digest,
+                        "size": len(manifest),
+                        "annotations": {"org.opencontainers.image.ref.name": tag},
+                    }
+                ],
+            }
+        )
+    )
+    return digest
+
+
+def random_bytes(n: int, seed: int) -> bytes:
+    """`n` incompressible bytes, the same for the same seed."""
+    out = bytearray()
+    block = seed.to_bytes(8, "big")
+    while len(out) < n:
+        block = hashlib.sha256(block).digest()
+        out += block
+    return bytes(out[:n])
+
+
+def push_oci(layout: Path, tag: str, ref: str) -> None:
+    """Push the OCI layout's `tag` to the plain-HTTP registry reference `ref` with skopeo."""
+    subprocess.run(
+        ["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{layout}:{tag}", f"docker://{ref}"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+class ThrottledProxy:
+    """A TCP proxy to `backend` that forwards at most `bytes_per_s` each way: makes a copy take time.
+
+    Used to be sure a registry is killed while a copy is in flight.
+    """
+
+    def __init__(self, backend: str, bytes_per_s: int) -> None:
+        self.backend = backend
+        self.rate = bytes_per_s
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._stopped = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            host, port = self.backend.rsplit(":", 1)
+            try:
+                upstream = socket.create_connection((host, int(port)), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        chunk = max(1, self.rate // 20)
+        try:
+            while data := src.recv(chunk):
+                dst.sendall(data)
+                time.sleep(len(data) / self.rate)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def close(self) -> None:
+        """Stop accepting connections."""
+        self._stopped.set()
+        self._listener.close()
+
+
+def environ_without_proxy() -> dict[str, str]:
+    """The environment with HTTP proxies removed, so loopback traffic goes direct."""
+    return {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
