@@ -1,6 +1,17 @@
 """The composition root: build the services of a run from settings, in one place.
 
-Nothing connects to a real system at import time; callers ask for what they need.
+`build_service` wires the job store, the clock, one gateway per cluster (the Kubernetes gateway for a
+cluster whose config names a kubeconfig context, the simulated one otherwise), the migrator, the
+estimate source and the policy into the production Scheduler. The replay, the demo, the benchmarks
+and the live service (`cpn run`) all build through it; they differ only in `time_scale`:
+
+- `None` (replays, benchmarks, the demo): simulated time jumps from event to event, driven by the
+  replay (cpn.engine.replay);
+- a number (`cpn run`): simulated clusters follow the wall clock that many times faster
+  (cpn.sim.driver), their submissions journaled beside the store so a restart resumes them.
+
+Nothing connects to a real system at import time; client libraries load only for clusters that need
+them. The estimate source is chosen by name in models.sources and handed in here.
 """
 
 from __future__ import annotations
@@ -8,34 +19,64 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from config.settings import ClustersConfig
-from cpn.clock import SimClock
-from cpn.engine.scheduler import EstimateSource, Scheduler
+from config.settings import DEFAULT_CPU_THRESHOLD, ClustersConfig
+from cpn.adapters.clusters import ClusterSet
+from cpn.adapters.gateway import ClusterGateway
+from cpn.clock import Clock, SimClock, WallClock
+from cpn.engine.scheduler import EstimateSource, NodeLoad, Scheduler
 from cpn.engine.transfer import TransferTimes
 from cpn.formats.throughput import ThroughputTable
 from cpn.inventory import Node, nodes_from_config
 from cpn.policies import make_policy
+from cpn.policies.base import Policy
 from cpn.sim.colocation import ColocationTable
+from cpn.sim.driver import SimDriver, Timeline
 from cpn.sim.gateway import GroundTruth, SimulatedGateway
+from cpn.sim.journal import JournaledGateway, SubmissionJournal
 from cpn.sim.migrator import SimulatedMigrator
 from cpn.store import JobStore
 
 
 @dataclass
-class Simulation:
-    """Everything a simulated run uses: the production scheduler over simulated clusters."""
+class Service:
+    """Everything a run uses: the production scheduler over the configured clusters."""
 
-    clock: SimClock
-    nodes: tuple[Node, ...]
+    clusters: ClustersConfig
+    clock: Clock
     store: JobStore
-    gateway: SimulatedGateway
-    migrator: SimulatedMigrator
+    gateway: ClusterSet
+    """Every cluster by name."""
     scheduler: Scheduler
+    simulator: SimulatedGateway | None
+    """The simulated clusters (None when every cluster is real)."""
+    migrator: SimulatedMigrator
+    driver: SimDriver | None = None
+    """Moves simulated clusters along the wall clock (`cpn run` only)."""
+    journal: JournaledGateway | None = None
+    """The simulated clusters' submission journal (`cpn run` only)."""
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """Every node of every cluster now."""
+        return tuple(state.node for state in self.gateway.inventory())
 
     @property
     def total_gpus(self) -> int:
         """Cards across all clusters."""
         return sum(n.gpu_count for n in self.nodes)
+
+    def start(self) -> None:
+        """Bring a live service up to where it stopped: replay the simulated clusters' journal, catch up
+        with the wall clock, and reconcile the store with what the clusters hold."""
+        if self.journal is not None:
+            self.journal.restore()
+        if self.driver is not None:
+            self.driver.catch_up()
+        self.scheduler.reconcile(self.gateway.held_jobs())
+
+    def close(self) -> None:
+        """Close the store."""
+        self.store.close()
 
 
 def ground_truth(table: ThroughputTable) -> GroundTruth:
@@ -43,31 +84,100 @@ def ground_truth(table: ThroughputTable) -> GroundTruth:
     return GroundTruth(table, colocation=ColocationTable.load(table))
 
 
-def build_simulation(
+def _real_gateway(clusters: ClustersConfig, name: str) -> ClusterGateway:
+    from cpn.adapters.kubernetes import gateway_for
+
+    return gateway_for(clusters, clusters.cluster(name))
+
+
+def build_service(
     clusters: ClustersConfig,
     store_path: Path | str,
-    policy: str,
+    policy: str | Policy,
     table: ThroughputTable,
-    cpu_threshold: float = 0.7,
+    *,
     estimator: EstimateSource | None = None,
-) -> Simulation:
-    """Simulated `clusters`, a job store at `store_path` on simulated time, and the production scheduler."""
-    clock = SimClock()
-    nodes = nodes_from_config(clusters)
+    cpu_threshold: float = DEFAULT_CPU_THRESHOLD,
+    time_scale: float | None = None,
+    node_load: NodeLoad | None = None,
+) -> Service:
+    """The scheduler over `clusters` with a job store at `store_path` (see the module doc).
+
+    `table` is the simulated clusters' ground truth; `policy` a policy or its name; `node_load` adjusts
+    node states by measured load (the metrics source). With `time_scale`, a file beside the store keeps
+    the simulated timeline and another journals the simulated clusters' submissions.
+    """
+    real = [c.name for c in clusters.clusters if c.kube_context]
+    if real and time_scale not in (None, 1):
+        raise ValueError(f"clusters {', '.join(real)} are real: they run on the wall clock, use time scale 1")
+    live = time_scale is not None
+    sim_clock = SimClock()
+    clock: Clock = WallClock() if real and live else sim_clock
     store = JobStore(store_path, clock=clock)
-    gateway = SimulatedGateway(nodes, ground_truth(table), clock)
+    simulated = [c.name for c in clusters.clusters if not c.kube_context]
+    gateways: dict[str, ClusterGateway] = {}
+    simulator = journal = driver = None
+    if simulated:
+        nodes = tuple(n for n in nodes_from_config(clusters) if n.cluster in simulated)
+        simulator = SimulatedGateway(nodes, ground_truth(table), sim_clock, keep_executions=not live)
+        sim_gateway: ClusterGateway = simulator
+        if live:
+            journal = JournaledGateway(simulator, SubmissionJournal(f"{store_path}.sim-journal"))
+            sim_gateway = journal
+        gateways.update(dict.fromkeys(simulated, sim_gateway))
+    for name in real:
+        gateways[name] = _real_gateway(clusters, name)
+    gateway = ClusterSet({c.name: gateways[c.name] for c in clusters.clusters})
     transfers = TransferTimes(clusters)
-    migrator = SimulatedMigrator(transfers, clock)
+    migrator = SimulatedMigrator(transfers, sim_clock)
+    if live:
+        import time
+
+        now = time.time()
+        timeline = (
+            Timeline(now, now, 1.0)
+            if real
+            else Timeline.resume(Path(f"{store_path}.sim-time"), float(time_scale), now)
+        )
+        if real:
+            sim_clock.advance_to(now)
+        parts = [migrator] if simulator is None else [simulator, migrator]
+        driver = SimDriver(sim_clock, parts, timeline)
     scheduler = Scheduler(
         store,
         gateway,
-        make_policy(policy),
+        make_policy(policy) if isinstance(policy, str) else policy,
         clock,
         cpu_threshold=cpu_threshold,
         estimator=estimator,
         transfers=transfers,
         migrator=migrator,
+        node_load=node_load,
     )
-    return Simulation(
-        clock=clock, nodes=nodes, store=store, gateway=gateway, migrator=migrator, scheduler=scheduler
+    return Service(
+        clusters=clusters,
+        clock=clock,
+        store=store,
+        gateway=gateway,
+        scheduler=scheduler,
+        simulator=simulator,
+        migrator=migrator,
+        driver=driver,
+        journal=journal,
+    )
+
+
+def build_simulation(
+    clusters: ClustersConfig,
+    store_path: Path | str,
+    policy: str | Policy,
+    table: ThroughputTable,
+    cpu_threshold: float = DEFAULT_CPU_THRESHOLD,
+    estimator: EstimateSource | None = None,
+) -> Service:
+    """A replay's service: every cluster simulated, on simulated time driven by cpn.engine.replay."""
+    if any(c.kube_context for c in clusters.clusters):
+        raise ValueError("a replay simulates every cluster; this config names real ones (kube_context)")
+    return build_service(
+        clusters, store_path, policy, table, estimator=estimator, cpu_threshold=cpu_threshold
     )

@@ -6,15 +6,15 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from cpn.bench.report import write_run_report
-from cpn.bootstrap import Simulation
+from cpn.bootstrap import Service
 
 
 @task(cache_policy=NO_CACHE)
-def write_report(sim: Simulation, out_dir: str, title: str) -> dict:
+def write_report(sim: Service, out_dir: str, title: str) -> dict:
     """summary.json and gantt.png of a finished run."""
     return write_run_report(
         sim.store,
-        sim.gateway.executions,
+        sim.simulator.executions,
         sim.nodes,
         out_dir,
         title=title,

@@ -5,14 +5,14 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from cpn.bootstrap import Simulation
+from cpn.bootstrap import Service
 from cpn.engine.replay import ReplayResult, arrivals_from_jobs, replay
 from cpn.engine.scheduler import RoundResult
 from cpn.jobs import JobSpec
 
 
 @task(cache_policy=NO_CACHE)
-def schedule_until_drained(sim: Simulation, jobs: list[JobSpec]) -> ReplayResult:
+def schedule_until_drained(sim: Service, jobs: list[JobSpec]) -> ReplayResult:
     """Feed the jobs to intake at their arrival times and run scheduling rounds until the queue drains."""
     logger = get_run_logger()
 
@@ -28,7 +28,7 @@ def schedule_until_drained(sim: Simulation, jobs: list[JobSpec]) -> ReplayResult
 
     return replay(
         sim.scheduler,
-        sim.gateway,
+        sim.simulator,
         sim.clock,
         arrivals_from_jobs(jobs),
         on_round=progress,

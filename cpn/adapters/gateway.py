@@ -50,3 +50,8 @@ class ClusterGateway(Protocol):
     def poll_events(self) -> list[JobEvent]:
         """Events since the last call, oldest first."""
         ...
+
+    def held_jobs(self) -> frozenset[str]:
+        """Ids of the cpn jobs the clusters hold now (submitted and not yet reported finished), for
+        start-up reconciliation (cpn.engine.scheduler.Scheduler.reconcile)."""
+        ...

@@ -138,13 +138,13 @@ def run_policy(
     """Replay `jobs` under `policy` on fresh simulated clusters; returns its figures."""
     sim = build_simulation(clusters, ":memory:", policy, table, cpu_threshold, estimator)
     started = time.perf_counter()
-    replay(sim.scheduler, sim.gateway, sim.clock, arrivals_from_jobs(jobs), migrator=sim.migrator)
+    replay(sim.scheduler, sim.simulator, sim.clock, arrivals_from_jobs(jobs), migrator=sim.migrator)
     wall = time.perf_counter() - started
     lines = tuple(timelines(sim.store))
-    summary = summarize(lines, busy_of(sim.gateway.executions), sim.total_gpus, sim.migrator.total_s)
+    summary = summarize(lines, busy_of(sim.simulator.executions), sim.total_gpus, sim.migrator.total_s)
     summary["sim_wall_s"] = wall
     sim.store.close()
-    return PolicyRun(policy, summary, lines, tuple(sim.gateway.executions))
+    return PolicyRun(policy, summary, lines, tuple(sim.simulator.executions))
 
 
 def peer_figures(trace: Path | str, path: Path = PEER_FIGURES) -> list[PeerFigure]:

@@ -1,0 +1,91 @@
+"""The live loop: scheduling rounds on a wall clock for as long as the service runs.
+
+A round runs every `interval_s`, or as soon as something happens: a job arrives (the store's
+listener wakes the loop), or, on simulated clusters, the next simulated event falls due. A stop
+request (SIGINT/SIGTERM in `cpn run`) lets the round in progress finish, then the loop returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cpn.engine.scheduler import RoundResult, Scheduler
+from cpn.sim.driver import SimDriver
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoopStats:
+    """What the loop has done so far."""
+
+    rounds: int = 0
+    placed: int = 0
+    errors: int = 0
+
+
+class LiveLoop:
+    """Runs `scheduler` rounds until stopped."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        interval_s: float,
+        simulation: SimDriver | None = None,
+        on_round: Callable[[RoundResult], None] | None = None,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.scheduler = scheduler
+        self.interval_s = interval_s
+        self.simulation = simulation
+        self.on_round = on_round
+        self.stats = LoopStats()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        scheduler.store.add_listener(self.wake)
+
+    def wake(self) -> None:
+        """Run the next round now (a job arrived, an event came back)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Finish the round in progress, then return from `run`."""
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop was asked for."""
+        return self._stop.is_set()
+
+    def run_once(self) -> RoundResult:
+        """One round, simulated clusters first brought up to now."""
+        if self.simulation is not None:
+            self.simulation.catch_up()
+        result = self.scheduler.round()
+        self.stats.rounds += 1
+        self.stats.placed += result.placed
+        if self.on_round is not None:
+            self.on_round(result)
+        return result
+
+    def run(self) -> LoopStats:
+        """Rounds until `stop`; a round that raises is logged and counted, and the loop goes on."""
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.run_once()
+            except Exception:
+                self.stats.errors += 1
+                log.exception("scheduling round failed; retrying in %.1f s", self.interval_s)
+            timeout = self.interval_s
+            if self.simulation is not None:
+                due = self.simulation.seconds_to_next_event()
+                if due is not None:
+                    timeout = min(timeout, due)
+            self._wake.wait(timeout)
+        return self.stats
