@@ -11,6 +11,8 @@ COMMAND_MODULES = (
     "cli.intake",
     "cli.predictor",
     "cli.bench",
+    "cli.metrics",
+    "cli.migrate",
 )
 """Modules that add sub-commands; each adds its sub-commands."""
 

@@ -22,6 +22,12 @@ class MigrationDone:
     time: float
     ok: bool = True
     reason: str = ""
+    image: str = ""
+    """The image reference at the destination, pinned by digest (empty when nothing was copied)."""
+    bytes: int | None = None
+    """Bytes the copy moved (0 when the destination already had the image); None = not measured."""
+    seconds: float | None = None
+    """Wall seconds the copy took; None = not measured (the simulator charges modelled time instead)."""
 
 
 class Migrator(Protocol):

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from cpn.adapters.metrics import ClusterMetrics, NodeReading
-from cpn.inventory import NodeState
+from cpn.adapters.metrics import ClusterMetrics, GpuReading, NodeReading
+from cpn.inventory import Node, NodeState
 
 BUSY_MEMORY_GB = 0.25
 """A card with more framebuffer than this in use is busy. An idle card reports a few MiB; a CUDA
@@ -66,10 +66,10 @@ def _merge(state: NodeState, reading: NodeReading, busy_memory_gb: float) -> Nod
     return replace(state, free_gpus=min(state.free_gpus, idle), shared=merged_shared, cpu_used=cpu)
 
 
-def _free_gb(gpu, card_gb: float) -> float:
+def _free_gb(gpu: GpuReading, node: Node) -> float:
     """What a card measures free: its free reading, else its size minus what it uses, else all of it."""
     if gpu.memory_free_gb is not None:
         return gpu.memory_free_gb
     if gpu.memory_used_gb is not None:
-        return card_gb - gpu.memory_used_gb
-    return card_gb
+        return node.gpu_memory_gb - gpu.memory_used_gb
+    return node.gpu_memory_gb

@@ -9,19 +9,50 @@ BITS_PER_GB = 8.0
 """GB of payload to Gbit of WAN traffic."""
 
 
-class TransferTimes:
-    """Seconds to move a job's image and data from one cluster to another: (image + data) / bandwidth."""
+PRIOR_GB = 1.0
+"""Weight of the configured bandwidth in the learned estimate: as if this many GB had moved at it."""
 
-    def __init__(self, clusters: ClustersConfig) -> None:
+MIN_LEARN_BYTES = 8 * 1024**2
+"""Transfers smaller than this teach nothing: their time is latency, not bandwidth."""
+
+
+class TransferTimes:
+    """Seconds to move a job's image and data from one cluster to another: (image + data) / bandwidth.
+
+    The bandwidth between two clusters starts at the configured figure and learns from measured
+    transfers (`observe`): the estimate is all Gbit moved over all seconds taken, the configured figure
+    counting as `prior_gb` GB moved at that speed, so a few measurements move it and many dominate.
+    """
+
+    def __init__(self, clusters: ClustersConfig, prior_gb: float = PRIOR_GB) -> None:
         self.clusters = clusters
         self.names = tuple(c.name for c in clusters.clusters)
+        self.prior_gb = prior_gb
+        self._measured: dict[tuple[str, str], tuple[float, float]] = {}
+        """(src, dst) -> (Gbit moved, seconds taken) by measured transfers."""
+
+    def bandwidth_gbps(self, src: str, dst: str) -> float:
+        """The src->dst bandwidth estimate: configured prior and measured transfers together."""
+        prior = self.clusters.bandwidth_gbps(src, dst)
+        if src == dst or (src, dst) not in self._measured:
+            return prior
+        gbit, seconds = self._measured[(src, dst)]
+        prior_gbit = self.prior_gb * BITS_PER_GB
+        return (prior_gbit + gbit) / (prior_gbit / prior + seconds)
+
+    def observe(self, src: str, dst: str, nbytes: int, seconds: float) -> None:
+        """Learn from a measured transfer of `nbytes` in `seconds` from `src` to `dst`."""
+        if src == dst or nbytes < MIN_LEARN_BYTES or seconds <= 0:
+            return
+        gbit, total_s = self._measured.get((src, dst), (0.0, 0.0))
+        self._measured[(src, dst)] = (gbit + nbytes * 8 / 1e9, total_s + seconds)
 
     def seconds(self, job: JobSpec, src: str | None, dst: str) -> float:
         """0 within a cluster or for a job with no location; else payload over the src->dst bandwidth."""
         if src is None or src == dst:
             return 0.0
         payload_gb = job.image_size_gb + job.data_size_gb
-        return payload_gb * BITS_PER_GB / self.clusters.bandwidth_gbps(src, dst)
+        return payload_gb * BITS_PER_GB / self.bandwidth_gbps(src, dst)
 
     def row(self, job: JobSpec, src: str | None) -> dict[str, float]:
         """Seconds to every cluster from `src`."""
