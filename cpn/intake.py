@@ -1,9 +1,12 @@
 """Job intake: Kubernetes manifests carrying cpn's annotations, parsed into JobSpecs.
 
-Accepted documents (anything else, such as the Service next to a Deployment, is skipped):
+Accepted documents:
 
 - `batch/v1` `Job` and `batch.volcano.sh/v1alpha1` `Job`: training jobs;
 - `apps/v1` `Deployment`: an inference service.
+
+Objects that commonly travel beside a job (`SKIPPED_KINDS`: a Service, a ConfigMap, ...)
+are skipped; any other kind is an error, so that a typo (`kind: job`) is not silently dropped.
 
 What cpn needs to know about a job comes from bare-key annotations on the object's own
 `metadata.annotations`, as in the original design notes::
@@ -28,6 +31,10 @@ one GPU; with no CPU declared, one core.
 
 `JobSpec.manifest` keeps each job's document, re-serialised as YAML: the same
 content, without the comments and layout of the file it came in.
+
+Input may be hostile: the YAML is read by `cpn.safe_yaml` within `Limits` (size,
+documents, depth, aliases, scalar length), every count has an upper bound, booleans
+are not numbers, and every message quotes at most a few hundred characters of input.
 """
 
 from __future__ import annotations
@@ -38,9 +45,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cpn.jobs import JobKind, JobSpec
+from cpn.safe_yaml import DEFAULT_LIMITS, Budget, LimitExceeded, Limits, clip, load_one
 
 SUPPORTED_KINDS: dict[tuple[str, str], JobKind] = {
     ("batch/v1", "Job"): "training",
@@ -49,17 +57,40 @@ SUPPORTED_KINDS: dict[tuple[str, str], JobKind] = {
 }
 """(apiVersion, kind) of the objects cpn accepts, and the kind of job each one is."""
 
+SKIPPED_KINDS = frozenset(
+    {
+        "ConfigMap",
+        "HorizontalPodAutoscaler",
+        "Ingress",
+        "Namespace",
+        "NetworkPolicy",
+        "PersistentVolumeClaim",
+        "PodDisruptionBudget",
+        "PriorityClass",
+        "Role",
+        "RoleBinding",
+        "Secret",
+        "Service",
+        "ServiceAccount",
+    }
+)
+"""Kinds that travel beside a job in one file and are skipped; any other kind is an error."""
+
+MAX_GPUS = 1024
+"""Most GPUs one pod may ask for (the largest nodes hold 8 to 16; this leaves room, not 10^24)."""
+MAX_CPU = 100_000
+"""Most CPU cores one pod may ask for."""
+
 GPU_RESOURCE = "nvidia.com/gpu"
 """Extended resource name of NVIDIA GPUs in container resource limits."""
 
 _SUPPORTED_TEXT = ", ".join(f"{api} {kind}" for api, kind in SUPPORTED_KINDS)
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
-_DNS1123_LABEL_RE = re.compile(rf"^{_DNS1123_LABEL}$")
+_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
+_DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL)
 _DOC_START = re.compile(r"^---(\s|$)")
-_WHOLE_NUMBER = re.compile(r"^[0-9]+$")
-_CPU_QUANTITY = re.compile(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)(m?)$")
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_WHOLE_NUMBER = re.compile(r"[0-9]{1,9}")
+_CPU_QUANTITY = re.compile(r"([0-9]{1,9}(\.[0-9]{0,9})?|\.[0-9]{1,9})(m?)")
 _SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
@@ -74,23 +105,49 @@ class Annotations(BaseModel):
         allow_inf_nan=False,
     )
 
-    model_name: str = Field(min_length=1, description='the model\'s name, e.g. "resnet50"')
-    data_size: float = Field(ge=0, description="dataset size in GB, a number >= 0")
-    epoch: int = Field(ge=1, description="number of epochs, a whole number >= 1")
-    batch_size: int | None = Field(None, ge=1, description="batch size, a whole number >= 1")
-    gpu_count: int | None = Field(None, ge=1, description="GPUs per pod, a whole number >= 1")
-    gpu_mem: float | None = Field(None, gt=0, description="GPU memory per GPU in GB, a number > 0")
-    image_size: float | None = Field(None, ge=0, description="container image size in GB, a number >= 0")
-    total_steps: int | None = Field(None, ge=1, description="training steps, a whole number >= 1")
+    model_name: str = Field(
+        min_length=1, max_length=253, description='the model\'s name, e.g. "resnet50", at most 253 characters'
+    )
+    data_size: float = Field(ge=0, le=1e7, description="dataset size in GB, a number from 0 to 10,000,000")
+    epoch: int = Field(ge=1, le=1_000_000, description="number of epochs, a whole number from 1 to 1,000,000")
+    batch_size: int | None = Field(
+        None, ge=1, le=10_000_000, description="batch size, a whole number from 1 to 10,000,000"
+    )
+    gpu_count: int | None = Field(
+        None, ge=1, le=MAX_GPUS, description=f"GPUs per pod, a whole number from 1 to {MAX_GPUS}"
+    )
+    gpu_mem: float | None = Field(
+        None, gt=0, le=10_000, description="GPU memory per GPU in GB, a number > 0 and <= 10,000"
+    )
+    image_size: float | None = Field(
+        None, ge=0, le=10_000, description="container image size in GB, a number from 0 to 10,000"
+    )
+    total_steps: int | None = Field(
+        None, ge=1, le=10**12, description="training steps, a whole number from 1 to 10^12"
+    )
     source_cluster: str | None = Field(
         None,
+        max_length=63,
         pattern=rf"^{_DNS1123_LABEL}$",
         description="name of the cluster holding the job's image and data now (a DNS-1123 label)",
     )
-    priority: int = Field(0, description="priority, a whole number (higher goes first)")
+    priority: int = Field(
+        0,
+        ge=-(10**9),
+        le=10**9,
+        description="priority, a whole number from -1,000,000,000 to 1,000,000,000 (higher goes first)",
+    )
     gpu_share: float | None = Field(
         None, gt=0, le=1, description="fraction of a card the job accepts to share, 0 < f <= 1"
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans(cls, value: Any) -> Any:
+        """YAML reads `yes`, `no`, `on`, `off`, `true` as booleans; none of them is a number or a name."""
+        if isinstance(value, bool):
+            raise ValueError("a boolean is not accepted here (quote it if you mean the text)")
+        return value
 
 
 @dataclass(frozen=True)
@@ -126,22 +183,41 @@ class IntakeError(ValueError):
         super().__init__("\n".join(p.describe(source) for p in self.problems))
 
 
-def parse_manifests(text: str, source: str = "<stdin>") -> list[JobSpec]:
+MAX_PROBLEMS = 20
+"""Problems reported for one submission; the rest are counted, not listed."""
+
+
+def parse_manifests(text: str, source: str = "<stdin>", limits: Limits = DEFAULT_LIMITS) -> list[JobSpec]:
     """Parse a (multi-document) YAML stream into JobSpecs, in document order.
 
     All documents are checked before anything is returned: if any document is
-    invalid, or the stream holds no job at all, IntakeError lists every problem
-    found (`source` names the file in the messages) and no job is accepted.
+    invalid, or the stream holds no job at all, IntakeError lists the problems
+    found (`source` names the file in the messages; at most MAX_PROBLEMS of them)
+    and no job is accepted. A stream beyond `limits` is refused as a whole.
     """
+    if len(text) > limits.max_bytes or len(text.encode("utf-8", "surrogatepass")) > limits.max_bytes:
+        raise IntakeError(
+            source,
+            [Problem(0, None, "", f"larger than {limits.max_bytes:,} bytes; split it into several files")],
+        )
+    pieces = _split_documents(text)
+    if len(pieces) > limits.max_documents:
+        reason = f"{len(pieces):,} documents; at most {limits.max_documents:,} per submission, split the file"
+        raise IntakeError(source, [Problem(0, None, "", reason)])
+    budget = Budget(limits)
     problems: list[Problem] = []
     specs: list[JobSpec] = []
     first_doc_of: dict[str, int] = {}
     skipped: list[str] = []
-    for number, (first_line, chunk) in enumerate(_split_documents(text), start=1):
+    for number, (first_line, chunk) in enumerate(pieces, start=1):
+        if len(problems) >= MAX_PROBLEMS:
+            break
         try:
-            doc = yaml.load(chunk, Loader=_SafeLoader)
+            doc = load_one(chunk, budget)
         except yaml.YAMLError as exc:
             problems.append(Problem(number, None, "", _yaml_reason(exc, first_line)))
+            if isinstance(exc, LimitExceeded):
+                break
             continue
         if doc is None:
             continue
@@ -164,6 +240,9 @@ def parse_manifests(text: str, source: str = "<stdin>") -> list[JobSpec]:
     if not specs and not problems:
         found = f"found only {', '.join(skipped)}" if skipped else "the file is empty"
         problems.append(Problem(0, None, "", f"no job to submit ({found}); cpn accepts {_SUPPORTED_TEXT}"))
+    if len(problems) > MAX_PROBLEMS:
+        more = len(problems) - MAX_PROBLEMS
+        problems = problems[:MAX_PROBLEMS] + [Problem(0, None, "", f"{more} more problem(s) not listed")]
     if problems:
         raise IntakeError(source, problems)
     return specs
@@ -197,7 +276,7 @@ def _yaml_reason(exc: yaml.YAMLError, first_line: int) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
     context = getattr(exc, "context", None)
-    detail = f"{problem} ({context})" if context else problem
+    detail = clip(f"{problem} ({context})" if context else problem, 300)
     if mark is None:
         return f"not valid YAML: {detail}"
     return f"not valid YAML at line {first_line + mark.line}, column {mark.column + 1}: {detail}"
@@ -211,8 +290,8 @@ class _Collector:
         meta = doc.get("metadata") if isinstance(doc, dict) else None
         name = meta.get("name") if isinstance(meta, dict) else None
         kind = doc.get("kind") if isinstance(doc, dict) else None
-        self.name = name if isinstance(name, str) else None
-        self.kind = kind if isinstance(kind, str) else None
+        self.name = clip(name, 100) if isinstance(name, str) else None
+        self.kind = clip(kind, 100) if isinstance(kind, str) else None
         self.problems: list[Problem] = []
 
     def add(self, field: str, reason: str) -> None:
@@ -233,7 +312,13 @@ def _parse_object(doc: Any, col: _Collector) -> JobSpec | None:
     job_kind = SUPPORTED_KINDS.get((api, kind))
     if job_kind is None:
         if kind in {k for _, k in SUPPORTED_KINDS}:
-            col.add("apiVersion", f"{kind} {api} is not supported; cpn accepts {_SUPPORTED_TEXT}")
+            col.add("apiVersion", f"{kind} {_quote(api)} is not supported; cpn accepts {_SUPPORTED_TEXT}")
+        elif kind not in SKIPPED_KINDS:
+            col.add(
+                "kind",
+                f"{_quote(kind)} is not a kind cpn accepts ({_SUPPORTED_TEXT}) or skips "
+                f"({', '.join(sorted(SKIPPED_KINDS))}); kinds are case-sensitive",
+            )
         return None
 
     meta = _mapping(doc.get("metadata"), "metadata", col, required=True)
@@ -274,6 +359,19 @@ def _parse_object(doc: Any, col: _Collector) -> JobSpec | None:
     )
 
 
+def _quote(value: Any) -> str:
+    """`value` for a message: short strings and numbers as written, anything else by its type.
+
+    Never walks a structure, so an alias bomb or a huge scalar cannot blow up a message.
+    """
+    if isinstance(value, str):
+        return repr(clip(value, 100))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge number"
+        return clip(text, 100)
+    return repr(value) if isinstance(value, bool) or value is None else _type(value)
+
+
 def _type(value: Any) -> str:
     names = {
         dict: "a mapping",
@@ -306,17 +404,17 @@ def _job_id(meta: dict, col: _Collector) -> str | None:
             "missing; cpn needs a fixed name to make the job id (generateName is not supported)",
         )
         ok = False
-    elif not isinstance(name, str) or len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+    elif not isinstance(name, str) or len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
         col.add(
             "metadata.name",
-            f"{name!r} is not a valid DNS-1123 subdomain; use lowercase letters, digits, '-' and '.', "
+            f"{_quote(name)} is not a valid DNS-1123 subdomain; use lowercase letters, digits, '-' and '.', "
             "starting and ending with a letter or digit, at most 253 characters",
         )
         ok = False
-    if not isinstance(namespace, str) or len(namespace) > 63 or not _DNS1123_LABEL_RE.match(namespace):
+    if not isinstance(namespace, str) or len(namespace) > 63 or not _DNS1123_LABEL_RE.fullmatch(namespace):
         col.add(
             "metadata.namespace",
-            f"{namespace!r} is not a valid DNS-1123 label; use lowercase letters, digits and '-', "
+            f"{_quote(namespace)} is not a valid DNS-1123 label; use lowercase letters, digits and '-', "
             "starting and ending with a letter or digit, at most 63 characters",
         )
         ok = False
@@ -340,13 +438,14 @@ def _annotations(meta: dict, col: _Collector) -> Annotations | None:
                 col.add(field, _missing_annotation(key, raw))
             else:
                 expected = Annotations.model_fields[key].description
-                col.add(field, f"{err['msg']} (got {err['input']!r}); expected {expected}")
+                msg = clip(err["msg"].removeprefix("Value error, "), 200)
+                col.add(field, f"{msg} (got {_quote(err['input'])}); expected {expected}")
         return None
 
 
 def _missing_annotation(key: str, raw: dict) -> str:
     reason = f"missing required annotation; add {key}: <{Annotations.model_fields[key].description}>"
-    close = difflib.get_close_matches(key, [str(k) for k in raw], n=1)
+    close = difflib.get_close_matches(key, [k for k in raw if isinstance(k, str) and len(k) <= 64], n=1)
     return f"{reason} (found {close[0]!r}: a typo?)" if close else reason
 
 
@@ -397,11 +496,12 @@ def _pod_gpus(containers: list[tuple[str, dict]], col: _Collector) -> int | None
         value = _resources(container, field, col, "limits").get(GPU_RESOURCE)
         if value is None:
             continue
-        text = str(value).strip()
-        if isinstance(value, bool) or not _WHOLE_NUMBER.match(text) or int(text) < 1:
+        text = value.strip() if isinstance(value, str) else str(value) if type(value) is int else ""
+        if not _WHOLE_NUMBER.fullmatch(text) or not 1 <= int(text) <= MAX_GPUS:
             col.add(
                 f'{field}.resources.limits["{GPU_RESOURCE}"]',
-                f"{value!r} is not a whole number of GPUs >= 1; cpn schedules GPU jobs only",
+                f"{_quote(value)} is not a whole number of GPUs from 1 to {MAX_GPUS}; "
+                "cpn schedules GPU jobs only",
             )
             continue
         counts.append(int(text))
@@ -420,7 +520,8 @@ def _pod_cpu(containers: list[tuple[str, dict]], col: _Collector) -> float:
             if cores is None:
                 col.add(
                     f"{field}.resources.{which}.cpu",
-                    f'{value!r} is not a CPU quantity; write cores ("2", "0.5") or millicores ("500m")',
+                    f"{_quote(value)} is not a CPU quantity up to {MAX_CPU:,} cores; "
+                    'write cores ("2", "0.5") or millicores ("500m")',
                 )
             else:
                 total, declared = total + cores, True
@@ -430,13 +531,14 @@ def _pod_cpu(containers: list[tuple[str, dict]], col: _Collector) -> float:
 
 def _cpu_cores(value: Any) -> float | None:
     """Kubernetes CPU quantity ("2", "0.5", "500m", 2) in cores; None when it is not one."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         return None
-    match = _CPU_QUANTITY.match(str(value).strip())
+    match = _CPU_QUANTITY.fullmatch(value.strip() if isinstance(value, str) else repr(value))
     if match is None:
         return None
     number = float(match.group(1))
-    return number / 1000 if match.group(3) else number
+    cores = number / 1000 if match.group(3) else number
+    return cores if cores <= MAX_CPU else None
 
 
 def _image(containers: list[tuple[str, dict]], col: _Collector) -> str | None:
@@ -447,5 +549,8 @@ def _image(containers: list[tuple[str, dict]], col: _Collector) -> str | None:
     image = container.get("image")
     if not isinstance(image, str) or not image.strip():
         col.add(f"{field}.image", "missing; every container needs an image")
+        return None
+    if len(image) > 1024:
+        col.add(f"{field}.image", "longer than 1,024 characters; no image reference is")
         return None
     return image.strip()

@@ -163,7 +163,7 @@ def test_error_message_lists_one_problem_per_line():
     lines = str(caught.value).splitlines()
     assert lines == [
         "jobs.yaml document 2 (Job train-a): metadata.annotations.epoch: missing required annotation; "
-        "add epoch: <number of epochs, a whole number >= 1>"
+        "add epoch: <number of epochs, a whole number from 1 to 1,000,000>"
     ]
     assert isinstance(caught.value, ValueError)
 

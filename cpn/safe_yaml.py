@@ -1,0 +1,265 @@
+"""YAML loading that a hostile document cannot turn against the process.
+
+PyYAML's safe loaders stop code execution but not exhaustion: the C composer
+recurses once per nesting level (100,000 `[` overflow the C stack and kill the
+process), aliases share one object that later walks (error messages, dumping,
+JSON) write out in full (a 1 KB "billion laughs" becomes gigabytes), and some
+scalars raise plain Python errors (`2024-02-30`, an integer of 5,000 digits).
+
+`load_one` parses with libyaml's event parser (fast, iterative) and composes the
+node tree in Python with checks on the way in, so every limit holds before the
+object that would break it exists:
+
+- nesting depth (`Limits.max_depth`);
+- nodes after alias expansion, across the whole stream (`Limits.max_nodes`), so
+  an alias counts for everything it stands for; an alias inside its own anchor
+  (a recursive structure) is refused;
+- characters of one scalar (`Limits.max_scalar`) and of all scalars after
+  alias expansion (`Limits.max_chars`);
+- duplicate keys in one mapping are errors (YAML forbids them; PyYAML lets the
+  last one win).
+
+Timestamps stay the strings they were written as (Kubernetes reads YAML as
+JSON, which has no dates), and any scalar that cannot be constructed becomes a
+`yaml.MarkedYAMLError` with its line and column, never a bare ValueError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.cyaml import CParser  # PyYAML's wheels bundle libyaml
+from yaml.events import AliasEvent, MappingEndEvent, MappingStartEvent, ScalarEvent, SequenceEndEvent
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import Resolver
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on one submitted YAML stream; the defaults fit any real manifest file many times over."""
+
+    max_bytes: int = 1 << 20
+    """Size of the whole stream in bytes (UTF-8)."""
+    max_documents: int = 500
+    """Documents in one stream."""
+    max_depth: int = 64
+    """Nesting of mappings and sequences (a Kubernetes Job is about 12 deep)."""
+    max_nodes: int = 200_000
+    """Scalars, mappings and sequences in the stream, an alias counting for everything it stands for."""
+    max_scalar: int = 65_536
+    """Characters of one scalar (a key or a value)."""
+    max_chars: int = 4 << 20
+    """Characters of all scalars in the stream, after alias expansion."""
+
+
+DEFAULT_LIMITS = Limits()
+"""The limits `cpn submit` and the HTTP intake apply."""
+
+
+class LimitExceeded(yaml.MarkedYAMLError):
+    """A document exceeds one of the `Limits`; `problem` says which and by how much."""
+
+
+class Budget:
+    """What the documents of one stream have used so far; shared by `load_one` calls on the same stream."""
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.limits = limits
+        self.nodes = 0
+        self.chars = 0
+
+    def charge(self, nodes: int, chars: int, mark: yaml.Mark | None) -> None:
+        """Count `nodes` and `chars` more; LimitExceeded when either total passes its limit."""
+        self.nodes += nodes
+        self.chars += chars
+        if self.nodes > self.limits.max_nodes:
+            raise LimitExceeded(
+                None,
+                None,
+                f"more than {self.limits.max_nodes:,} YAML nodes (aliases count for what they repeat); "
+                "a manifest never needs that many",
+                mark,
+            )
+        if self.chars > self.limits.max_chars:
+            raise LimitExceeded(
+                None,
+                None,
+                f"more than {self.limits.max_chars:,} characters of values (aliases count for what they "
+                "repeat); a manifest never needs that many",
+                mark,
+            )
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """`text` cut to `limit` characters, saying how much was left out."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
+class _Composer:
+    """PyYAML's Composer with the checks of the module docstring, composing from the parser's events."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.anchors: dict[str, Node] = {}
+        self._sizes: dict[str, tuple[int, int]] = {}
+        self._depth = 0
+
+    def get_single_node(self) -> Node | None:
+        self.get_event()  # stream start
+        node = None
+        if not self.check_event(yaml.StreamEndEvent):
+            self.get_event()  # document start
+            node = self._compose(None, None)
+            self.get_event()  # document end
+        if not self.check_event(yaml.StreamEndEvent):
+            event = self.get_event()
+            raise yaml.composer.ComposerError(
+                "expected a single document", None, "but found another document", event.start_mark
+            )
+        self.get_event()
+        return node
+
+    def _compose(self, parent: Node | None, index: object) -> Node:
+        if self.check_event(AliasEvent):
+            event = self.get_event()
+            anchor = event.anchor
+            if anchor not in self.anchors:
+                raise yaml.composer.ComposerError(
+                    None, None, f"found undefined alias {clip(anchor, 60)!r}", event.start_mark
+                )
+            if anchor not in self._sizes:
+                raise ConstructorError(
+                    None,
+                    None,
+                    f"alias {clip(anchor, 60)!r} is inside its own anchor (a recursive structure); "
+                    "Kubernetes objects cannot be recursive",
+                    event.start_mark,
+                )
+            self.budget.charge(*self._sizes[anchor], event.start_mark)
+            return self.anchors[anchor]
+        event = self.peek_event()
+        anchor = event.anchor
+        if anchor is not None and anchor in self.anchors:
+            raise yaml.composer.ComposerError(
+                "found duplicate anchor",
+                self.anchors[anchor].start_mark,
+                "second occurrence",
+                event.start_mark,
+            )
+        before = (self.budget.nodes, self.budget.chars)
+        self.descend_resolver(parent, index)
+        if self.check_event(ScalarEvent):
+            node = self._scalar(anchor)
+        elif self.check_event(MappingStartEvent):
+            node = self._collection(anchor, MappingNode, MappingEndEvent)
+        else:
+            node = self._collection(anchor, SequenceNode, SequenceEndEvent)
+        self.ascend_resolver()
+        if anchor is not None:
+            self._sizes[anchor] = (self.budget.nodes - before[0], self.budget.chars - before[1])
+        return node
+
+    def _scalar(self, anchor: str | None) -> ScalarNode:
+        event = self.get_event()
+        value = event.value
+        if len(value) > self.budget.limits.max_scalar:
+            raise LimitExceeded(
+                None,
+                None,
+                f"a value of {len(value):,} characters; "
+                f"at most {self.budget.limits.max_scalar:,} are accepted",
+                event.start_mark,
+            )
+        self.budget.charge(1, len(value), event.start_mark)
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = self.resolve(ScalarNode, value, event.implicit)
+        node = ScalarNode(tag, value, event.start_mark, event.end_mark, style=event.style)
+        if anchor is not None:
+            self.anchors[anchor] = node
+        return node
+
+    def _collection(self, anchor: str | None, node_class: type, end_event: type) -> Node:
+        start = self.get_event()
+        self._depth += 1
+        if self._depth > self.budget.limits.max_depth:
+            raise LimitExceeded(
+                None,
+                None,
+                f"nested more than {self.budget.limits.max_depth} levels deep; a manifest never is",
+                start.start_mark,
+            )
+        self.budget.charge(1, 0, start.start_mark)
+        tag = start.tag
+        if tag is None or tag == "!":
+            tag = self.resolve(node_class, None, start.implicit)
+        node = node_class(tag, [], start.start_mark, None, flow_style=start.flow_style)
+        if anchor is not None:
+            self.anchors[anchor] = node
+        if node_class is SequenceNode:
+            index = 0
+            while not self.check_event(end_event):
+                node.value.append(self._compose(node, index))
+                index += 1
+        else:
+            keys: set[tuple[str, str]] = set()
+            while not self.check_event(end_event):
+                key = self._compose(node, None)
+                if isinstance(key, ScalarNode):
+                    if (key.tag, key.value) in keys:
+                        raise ConstructorError(
+                            "in a mapping",
+                            node.start_mark,
+                            f"found the key {clip(key.value, 60)!r} twice; keep one",
+                            key.start_mark,
+                        )
+                    keys.add((key.tag, key.value))
+                node.value.append((key, self._compose(node, key)))
+        node.end_mark = self.get_event().end_mark
+        self._depth -= 1
+        return node
+
+
+class _Constructor(SafeConstructor):
+    """SafeConstructor whose failures are all MarkedYAMLErrors, and whose timestamps stay strings."""
+
+    def construct_object(self, node: Node, deep: bool = False) -> object:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+            raise ConstructorError(
+                None,
+                None,
+                f"cannot read this {node.tag.rsplit(':', 1)[-1]}: {clip(str(exc))}",
+                node.start_mark,
+            ) from None
+
+
+_Constructor.add_constructor("tag:yaml.org,2002:timestamp", SafeConstructor.construct_yaml_str)
+
+
+class _Loader(_Composer, CParser, _Constructor, Resolver):
+    """libyaml's event parser, the checked composer, the strict constructor and the YAML 1.1 resolver."""
+
+    def __init__(self, text: str, budget: Budget) -> None:
+        CParser.__init__(self, text)
+        _Composer.__init__(self, budget)
+        _Constructor.__init__(self)
+        Resolver.__init__(self)
+
+
+def load_one(text: str, budget: Budget) -> object:
+    """The one YAML document of `text` as Python data (None when empty), within `budget`'s limits.
+
+    Raises a `yaml.YAMLError` (a `LimitExceeded` for a limit) for anything wrong
+    with the document, with the position where it was found.
+    """
+    loader = _Loader(text, budget)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
