@@ -222,6 +222,17 @@ class PolicySettings(_Strict):
     )
 
 
+class LoopSettings(_Strict):
+    """How the live service (`cpn run`) paces its scheduling rounds."""
+
+    interval_s: float = Field(
+        10,
+        gt=0,
+        description="Seconds between rounds when nothing happens; a job arriving or a cluster "
+        "event due wakes the loop sooner.",
+    )
+
+
 class DemoSettings(_Strict):
     """The built-in end-to-end demo on simulated clusters."""
 
@@ -269,12 +280,19 @@ class Profile(_Strict):
     clusters: ClustersConfig
     policy: PolicySettings = PolicySettings()
     demo: DemoSettings = DemoSettings()
+    loop: LoopSettings = LoopSettings()
 
 
 def load_profile(folder: Path | str = DEMO_DIR) -> Profile:
-    """Load a config folder; `policy.yaml` and `demo.yaml` are optional."""
+    """Load a config folder; `policy.yaml`, `demo.yaml` and `loop.yaml` are optional."""
     folder = Path(folder)
     clusters = load_model(folder / "clusters.yaml", ClustersConfig)
     policy = load_model(folder / "policy.yaml", PolicySettings) if (folder / "policy.yaml").exists() else None
     demo = load_model(folder / "demo.yaml", DemoSettings) if (folder / "demo.yaml").exists() else None
-    return Profile(clusters=clusters, policy=policy or PolicySettings(), demo=demo or DemoSettings())
+    loop = load_model(folder / "loop.yaml", LoopSettings) if (folder / "loop.yaml").exists() else None
+    return Profile(
+        clusters=clusters,
+        policy=policy or PolicySettings(),
+        demo=demo or DemoSettings(),
+        loop=loop or LoopSettings(),
+    )

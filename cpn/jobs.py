@@ -42,8 +42,26 @@ class JobSpec:
     """Fraction of a card the job accepts to share (HAMi/MPS style); None = exclusive cards."""
     arrival_s: float = 0.0
     """Arrival time, seconds from the start of a trace (simulation only)."""
+    gpu_products: tuple[str, ...] = ()
+    """GPU products (`nvidia.com/gpu.product` values) the job may run on, as its manifest's required node
+    affinity, nodeSelector or product tolerations say; empty = any."""
+    node_pools: tuple[str, ...] = ()
+    """Pools (`<domain>/node.usage`) its required node affinity allows; empty = those of its kind."""
+    gpu_memory_min_gb: float | None = None
+    """Least card memory its required node affinity asks (`nvidia.com/gpu.memory` Gt/In); None = any."""
+    pod_gpus: tuple[int, ...] = ()
+    """Cards of each GPU-holding pod (replicas multiplied out: a Volcano Job of 3 one-GPU workers is
+    (1, 1, 1)); empty = one pod of `num_gpus` cards."""
     manifest: str = field(default="", compare=False, repr=False)
-    """The Kubernetes document the job was accepted from (YAML), submitted unchanged but for placement."""
+    """The Kubernetes documents the job was accepted from (YAML): the workload, then the objects submitted
+    with it (the Service of a Deployment); submitted unchanged but for placement."""
+
+    def __post_init__(self) -> None:
+        # Stored specs come back from JSON with lists; keep the spec hashable and equal to the original.
+        for name in ("gpu_products", "node_pools", "pod_gpus"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
 
 
 class JobState(StrEnum):

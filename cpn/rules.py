@@ -65,6 +65,30 @@ def admission_problem(node: Node, kind: JobKind) -> str | None:
     return None
 
 
+def constraint_problem(node: Node, job: JobSpec) -> str | None:
+    """Why `job`'s own constraints keep it off `node`, or None: the GPU products, pools and least card
+    memory its manifest requires (JobSpec.gpu_products, node_pools, gpu_memory_min_gb)."""
+    if job.gpu_products and node.gpu_product not in job.gpu_products:
+        return (
+            f"node {node.key} has {node.gpu_product}; job {job.job_id} runs only on "
+            f"{', '.join(job.gpu_products)}"
+        )
+    if job.node_pools and node.usage not in job.node_pools:
+        pools = ", ".join(job.node_pools)
+        return f"node {node.key} is in the {node.usage} pool; job {job.job_id} asks for {pools}"
+    if job.gpu_memory_min_gb is not None and node.gpu_memory_gb < job.gpu_memory_min_gb:
+        return (
+            f"node {node.key} has {node.gpu_memory_gb:g} GB cards; job {job.job_id} asks for at least "
+            f"{job.gpu_memory_min_gb:g} GB"
+        )
+    return None
+
+
+def job_admission_problem(node: Node, job: JobSpec) -> str | None:
+    """Why `job` may not run on `node` at all: its kind's pools and taints, then its own constraints."""
+    return admission_problem(node, job.kind) or constraint_problem(node, job)
+
+
 def is_sharing(job: JobSpec) -> bool:
     """Whether `job` shares a card: one card and a gpu_share (a wider job with a share holds whole cards)."""
     return job.gpu_share is not None and job.num_gpus == 1

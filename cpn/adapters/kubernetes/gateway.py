@@ -1,0 +1,487 @@
+"""The cluster-gateway port for one real Kubernetes cluster.
+
+`KubernetesGateway` reads the live inventory (cpn.adapters.kubernetes.inventory), renders placed jobs with
+`KubernetesBinder`, validates every object before it is sent (cpn.adapters.kubernetes.validation) and
+creates them through the API (never `kubectl apply`). Names are deterministic, so a second submission of
+a job meets 409 AlreadyExists and is recognised by its job-id annotation as the same job. 429, 5xx and
+timeouts are retried with backoff; another 4xx refuses the job with the API server's message.
+
+Completion comes by watch, not polling: one watch per collection (cpn's pods, batch Jobs, Volcano Jobs),
+resumed from its resourceVersion and relisted on 410 Gone (cpn.adapters.kubernetes.watch). Each change
+re-derives the job's status (cpn.adapters.kubernetes.status); `poll_events` hands out the transitions,
+each once: `running`, then `succeeded` or `failed` with the reason (OOMKilled, Evicted, ...). At a job's
+end the tail of its pod's log is kept (`log_tail`) and, where a `gpu_memory` source is given, its
+measured peak GPU memory goes on the event.
+
+On start-up `reconcile()` lists what the cluster runs for cpn (by cpn's labels), returns it, and starts
+the watches from there: what was already seen is not reported again, and a job found on the cluster is
+never submitted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from config.settings import Cluster
+from cpn.adapters.gateway import JobEvent, SubmitRejected
+from cpn.clock import Clock, WallClock
+from cpn.decisions import Placement
+from cpn.inventory import Node, NodeState
+from cpn.jobs import JobSpec
+from cpn.rules import gang_cpu, is_sharing, job_admission_problem, pick_shared_card
+
+from .api import KINDS, VOLCANO, Api, ApiError, RetryPolicy
+from .binding import BindError, KubernetesBinder
+from .inventory import Claim, node_states, read_node, schedulable
+from .labels import CpnLabels
+from .status import JobStatus, job_status
+from .validation import InvalidManifest, validate_object
+from .watch import CollectionWatch
+
+log = logging.getLogger(__name__)
+
+GpuMemorySource = Callable[[str, tuple[str, ...], float, float], float | None]
+"""(job id, nodes, start, end) -> peak GPU memory per card in GB over the run, None = unknown."""
+
+_ORDER = {"submitted": 0, "running": 1, "succeeded": 2, "failed": 2}
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A cpn job as found on the cluster by `reconcile`."""
+
+    job_id: str
+    phase: str
+    """submitted (objects exist, no pod runs yet), running, succeeded or failed."""
+    nodes: tuple[str, ...]
+    start: float | None = None
+    end: float | None = None
+    reason: str = ""
+
+
+class KubernetesGateway:
+    """One Kubernetes cluster behind the ClusterGateway port (see the module doc)."""
+
+    def __init__(
+        self,
+        cluster: str,
+        api_client: client.ApiClient,
+        *,
+        label_domain: str,
+        gpu_aliases: Mapping[str, str] | None = None,
+        hami: bool = False,
+        hami_resource_pool: str | None = None,
+        kubernetes_version: str = "1.30",
+        retry: RetryPolicy | None = None,
+        watch_timeout_s: int = 60,
+        log_lines: int = 50,
+        clock: Clock | None = None,
+        gpu_memory: GpuMemorySource | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.api = Api(api_client, retry or RetryPolicy(), **({"sleep": sleep} if sleep else {}))
+        self.labels = CpnLabels(label_domain)
+        self.gpu_aliases = dict(gpu_aliases or {})
+        self.kubernetes_version = kubernetes_version
+        self.binder = KubernetesBinder(
+            label_domain, self._node, hami=hami, hami_resource_pool=hami_resource_pool
+        )
+        self.log_lines = log_lines
+        self.clock = clock or WallClock()
+        self.gpu_memory = gpu_memory
+        self._lock = threading.RLock()
+        self._cache: dict[str, dict[tuple[str, str], dict]] = defaultdict(dict)
+        """collection -> (namespace, name) -> object."""
+        self._claims: dict[str, tuple[Claim, int]] = {}
+        """job_id -> cards it holds before its pods show, and how many pods it will have."""
+        self._seen: dict[str, str] = {}
+        """job_id -> the last phase reported (or found by reconcile)."""
+        self._events: list[JobEvent] = []
+        self._logs: dict[str, str] = {}
+        self._nodes: dict[str, Node] = {}
+        group, version, plural = VOLCANO
+        self._watches = [
+            CollectionWatch(
+                name, self.api, fn, self.labels.selector, self._on_list, self._on_event, watch_timeout_s
+            )
+            for name, fn in (
+                ("pods", self.api.core.list_pod_for_all_namespaces),
+                ("jobs", self.api.batch.list_job_for_all_namespaces),
+                ("vcjobs", _bind_custom(self.api.custom.list_cluster_custom_object, group, version, plural)),
+            )
+        ]
+
+    # -- inventory -------------------------------------------------------------------------------------
+
+    def inventory(self) -> tuple[NodeState, ...]:
+        """Every GPU node (control-plane left out) with what its pods and pending claims leave free."""
+        node_list = self.api.call(self.api.core.list_node)["items"]
+        pods = self.api.call(
+            self.api.core.list_pod_for_all_namespaces,
+            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+        )["items"]
+        nodes = []
+        for obj in node_list:
+            node = read_node(self.cluster, obj, self.labels, self.gpu_aliases)
+            if node is not None:
+                nodes.append((node, schedulable(obj)))
+        with self._lock:
+            self._nodes = {n.name: n for n, _ in nodes}
+            claims = [c for c, _ in self._claims.values()]
+        return node_states(nodes, pods, self.labels, claims)
+
+    def _node(self, cluster: str, name: str) -> Node:
+        if cluster != self.cluster or name not in self._nodes:
+            raise KeyError(f"no GPU node {cluster}/{name}")
+        return self._nodes[name]
+
+    # -- submission ------------------------------------------------------------------------------------
+
+    def submit(self, job: JobSpec, placement: Placement) -> None:
+        """Create the job's objects as placed; a job already on the cluster is left as it is.
+
+        Raises SubmitRejected, creating nothing, when the placement does not fit what the cluster has
+        now (unknown node, pool or taint, GPU product, too few cards or CPU), the manifest cannot be
+        bound or fails validation, or the API server refuses it (its message); and, after the retries,
+        when the API server stays unavailable (a second try later is safe: names are deterministic).
+        """
+        if placement.job_id != job.job_id:
+            raise SubmitRejected(f"placement is for {placement.job_id}, not {job.job_id}")
+        if placement.cluster != self.cluster:
+            raise SubmitRejected(f"this gateway runs cluster {self.cluster}, not {placement.cluster}")
+        with self._lock:
+            if job.job_id in self._claims or self._known(job.job_id):
+                return
+        try:
+            states = {s.node.name: s for s in self.inventory()}
+        except ApiError as exc:
+            raise SubmitRejected(f"cluster {self.cluster}: {exc}") from None
+        claim, problem = _claim(job, placement, states)
+        if problem:
+            raise SubmitRejected(problem)
+        try:
+            objects = self.binder.bind(job, placement)
+            for obj in objects:
+                validate_object(obj, self.kubernetes_version)
+        except (BindError, InvalidManifest) as exc:
+            raise SubmitRejected(str(exc)) from None
+        pods = _pod_count(objects[0])
+        with self._lock:
+            self._claims[job.job_id] = (claim, pods)
+        created: list[dict] = []
+        try:
+            for obj in objects:
+                self._create(obj, job.job_id)
+                created.append(obj)
+        except (ApiError, SubmitRejected) as exc:
+            with self._lock:
+                self._claims.pop(job.job_id, None)
+            self._delete(created)
+            raise SubmitRejected(f"cluster {self.cluster}: {exc}") from None
+
+    def _known(self, job_id: str) -> bool:
+        return any(
+            _job_id_of(obj, self.labels) == job_id
+            for coll in ("jobs", "vcjobs")
+            for obj in self._cache[coll].values()
+        ) or any(_job_id_of(p, self.labels) == job_id for p in self._cache["pods"].values())
+
+    def _create(self, obj: dict, job_id: str) -> None:
+        kind = KINDS.get((obj["apiVersion"], obj["kind"]))
+        if kind is None:
+            raise SubmitRejected(f"cpn does not submit {obj['kind']} {obj['apiVersion']}")
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        try:
+            kind.create(self.api, ns, obj)()
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            existing = kind.read(self.api, ns, name)()
+            owner = ((existing.get("metadata") or {}).get("annotations") or {}).get(self.labels.job_id)
+            if owner != job_id:
+                raise SubmitRejected(
+                    f"{obj['kind']} {ns}/{name} already exists and is not cpn's job {job_id} "
+                    f"(its {self.labels.job_id} is {owner!r}); rename the job or remove the object"
+                ) from None
+            log.info(
+                "%s %s/%s already exists for %s: the same job, not created again",
+                obj["kind"],
+                ns,
+                name,
+                job_id,
+            )
+
+    def _delete(self, objects: list[dict]) -> None:
+        for obj in objects:
+            meta = obj["metadata"]
+            try:
+                KINDS[(obj["apiVersion"], obj["kind"])].delete(self.api, meta["namespace"], meta["name"])()
+            except ApiError as exc:
+                log.warning(
+                    "could not remove %s %s/%s: %s", obj["kind"], meta["namespace"], meta["name"], exc
+                )
+
+    # -- events ----------------------------------------------------------------------------------------
+
+    def reconcile(self) -> tuple[Observed, ...]:
+        """List what the cluster runs for cpn, remember it as already reported, and start the watches.
+
+        Call it once at start-up, before the first `poll_events`: the caller brings its store in line
+        with what is returned (a job found here is submitted; one that ended while cpn was down has its
+        end), and only changes after this point come as events.
+        """
+        for w in self._watches:
+            w.relist()
+        with self._lock:
+            found = {job_id: self._status(job_id) for job_id in self._job_ids()}
+            for job_id, status in found.items():
+                self._seen[job_id] = status.phase
+            self._events.clear()
+        self.start()
+        return tuple(
+            Observed(job_id, s.phase, s.nodes, s.start, s.end, s.reason)
+            for job_id, s in sorted(found.items())
+        )
+
+    def start(self) -> None:
+        """Start the watches (listing first where `reconcile` has not)."""
+        for w in self._watches:
+            w.start()
+
+    def close(self) -> None:
+        """Stop the watches."""
+        for w in self._watches:
+            w.stop()
+
+    def sync(self) -> None:
+        """Relist every collection now and report what changed, as after a 410 Gone.
+
+        The watches keep the view current on their own; this is for a caller that must know the
+        cluster's state at a given moment (tests, a restart of the live loop).
+        """
+        for w in self._watches:
+            if not w.missing:
+                w.relist()
+
+    @property
+    def relists(self) -> int:
+        """Lists done by the watches (first lists and relists after 410 Gone)."""
+        return sum(w.lists for w in self._watches)
+
+    def poll_events(self) -> list[JobEvent]:
+        """Events since the last call, oldest first."""
+        with self._lock:
+            events, self._events = self._events, []
+        return events
+
+    def log_tail(self, job_id: str) -> str:
+        """The last lines of the log of the job's pod (the failed one, if any), read when it ended."""
+        return self._logs.get(job_id, "")
+
+    def _on_list(self, collection: str, items: list[dict]) -> None:
+        with self._lock:
+            before = {_job_id_of(o, self.labels) for o in self._cache[collection].values()}
+            self._cache[collection] = {_key(o): o for o in items}
+            after = {_job_id_of(o, self.labels) for o in items}
+            changed = (before | after) - {None}
+        self._derive(changed)
+
+    def _on_event(self, collection: str, kind: str, obj: dict) -> None:
+        key = _key(obj)
+        with self._lock:
+            cache = self._cache[collection]
+            if kind == "DELETED":
+                cache.pop(key, None)
+            else:
+                old = cache.get(key)
+                if old is not None and _older(obj, old):
+                    return
+                cache[key] = obj
+        job_id = _job_id_of(obj, self.labels)
+        if job_id:
+            self._derive({job_id})
+
+    def _job_ids(self) -> set[str]:
+        return {
+            j for coll in self._cache.values() for obj in coll.values() if (j := _job_id_of(obj, self.labels))
+        }
+
+    def _status(self, job_id: str) -> JobStatus:
+        workload = next(
+            (
+                o
+                for coll in ("jobs", "vcjobs")
+                for o in self._cache[coll].values()
+                if _job_id_of(o, self.labels) == job_id
+            ),
+            None,
+        )
+        pods = [p for p in self._cache["pods"].values() if _job_id_of(p, self.labels) == job_id]
+        return job_status(workload, pods)
+
+    def _derive(self, job_ids: set[str]) -> None:
+        """Re-derive each job's status and report what moved it forward."""
+        for job_id in sorted(job_ids):
+            with self._lock:
+                status = self._status(job_id)
+                seen = self._seen.get(job_id, "submitted")
+                pods_seen = [
+                    p
+                    for p in self._cache["pods"].values()
+                    if _job_id_of(p, self.labels) == job_id and (p.get("spec") or {}).get("nodeName")
+                ]
+                claim = self._claims.get(job_id)
+                if claim is not None and (
+                    len(pods_seen) >= claim[1] or status.phase in ("succeeded", "failed")
+                ):
+                    del self._claims[job_id]
+                if _ORDER[status.phase] <= _ORDER[seen]:
+                    continue
+                self._seen[job_id] = status.phase
+                now = self.clock.now()
+                if seen == "submitted" and status.phase != "submitted" and status.start is not None:
+                    self._events.append(JobEvent(job_id, "running", status.start))
+                elif status.phase == "running":
+                    self._events.append(JobEvent(job_id, "running", now))
+            if status.phase in ("succeeded", "failed"):
+                self._finish(job_id, status, now)
+
+    def _finish(self, job_id: str, status: JobStatus, now: float) -> None:
+        end = status.end if status.end is not None else now
+        if status.failed_pod is not None:
+            ns, name = status.failed_pod
+            try:
+                self._logs[job_id] = self.api.call(
+                    self.api.core.read_namespaced_pod_log, name, ns, tail_lines=self.log_lines, raw=True
+                )
+            except ApiError as exc:
+                self._logs[job_id] = f"(log not readable: {exc})"
+        mem = None
+        if self.gpu_memory is not None and status.phase == "succeeded" and status.start is not None:
+            mem = self.gpu_memory(job_id, status.nodes, status.start, end)
+        with self._lock:
+            self._events.append(JobEvent(job_id, status.phase, end, status.reason, mem))  # type: ignore[arg-type]
+
+
+def _bind_custom(fn: Callable[..., Any], *args: Any) -> Callable[..., Any]:
+    def call(**kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def _key(obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+def _job_id_of(obj: Mapping[str, Any], labels: CpnLabels) -> str | None:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(labels.job_id)
+
+
+def _older(new: dict, old: dict) -> bool:
+    """Whether `new` is an older version of the object than `old` (numeric resourceVersions only)."""
+    a = (new.get("metadata") or {}).get("resourceVersion", "")
+    b = (old.get("metadata") or {}).get("resourceVersion", "")
+    return a.isdigit() and b.isdigit() and int(a) < int(b)
+
+
+def _pod_count(workload: dict) -> int:
+    spec = workload.get("spec") or {}
+    if "tasks" in spec:
+        return sum(int(t.get("replicas", 1)) for t in spec["tasks"])
+    return int(spec.get("parallelism", spec.get("replicas", 1)))
+
+
+def _claim(job: JobSpec, placement: Placement, states: Mapping[str, NodeState]) -> tuple[Claim, str | None]:
+    """What the placement holds, or why the cluster cannot run it now."""
+    empty = Claim(job.job_id, ())
+    held = []
+    gpu_type = None
+    for name, cards in placement.nodes:
+        state = states.get(name)
+        if state is None:
+            return empty, f"no GPU node {placement.cluster}/{name}"
+        node = state.node
+        if any(n == name for n, _, _ in held):
+            return empty, f"node {node.key} is listed twice in the placement of {job.job_id}"
+        if gpu_type is not None and node.gpu_type != gpu_type:
+            return empty, f"a gang runs on one GPU type; {node.key} has {node.gpu_type}"
+        gpu_type = node.gpu_type
+        problem = job_admission_problem(node, job)
+        if problem:
+            return empty, problem
+        if cards < 1 or (cards > state.free_gpus and not is_sharing(job)):
+            return (
+                empty,
+                f"node {node.key} has {state.free_gpus} free GPUs; job {job.job_id} asks for {cards}",
+            )
+        cpu = gang_cpu(job, cards)
+        if state.cpu_used + cpu > node.cpu_cores:
+            return empty, (
+                f"node {node.key} has {node.cpu_cores - state.cpu_used:g} free CPU cores; "
+                f"job {job.job_id} asks for {cpu:g}"
+            )
+        held.append((name, cards, cpu))
+    if placement.total_gpus != job.num_gpus:
+        return (
+            empty,
+            f"job {job.job_id} needs {job.num_gpus} GPUs; the placement gives it {placement.total_gpus}",
+        )
+    share = None
+    if is_sharing(job):
+        state = states[placement.node]
+        cards = [(c.free_share, c.free_memory_gb) for c in state.shared]
+        pos = pick_shared_card(cards, job.gpu_share or 1.0, job.gpu_mem_gb or 0.0)
+        if pos is not None:
+            share = (state.shared[pos].index, job.gpu_share or 1.0)
+        elif state.free_gpus > 0:
+            used = {c.index for c in state.shared}
+            share = (min(i for i in range(state.node.gpu_count) if i not in used), job.gpu_share or 1.0)
+        else:
+            return (
+                empty,
+                f"node {state.node.key} has no free GPU and no shared card with room for {job.gpu_share:g}",
+            )
+    return Claim(job.job_id, tuple(held), share), None
+
+
+def api_client_for(kubeconfig: str | Path | None, context: str | None) -> client.ApiClient:
+    """An ApiClient for `context` of the kubeconfig file (None = $KUBECONFIG or ~/.kube/config)."""
+    path = None if kubeconfig is None else str(Path(kubeconfig).expanduser())
+    return config.new_client_from_config(config_file=path, context=context)
+
+
+def gateway_for(
+    cluster: Cluster, label_domain: str, gpu_aliases: Mapping[str, str] | None = None, **options: Any
+) -> KubernetesGateway:
+    """The gateway of one configured cluster, from its kubeconfig file and context.
+
+    `options` go to KubernetesGateway (clock, gpu_memory, retry, watch_timeout_s, log_lines, api_client to
+    use instead of the kubeconfig). Nothing is contacted until the gateway is used.
+    """
+    if cluster.kube_context is None and "api_client" not in options:
+        raise ValueError(
+            f"cluster {cluster.name} names no kube_context; set kube_context (and kubeconfig) in the cluster "
+            "YAML to reach a real cluster"
+        )
+    api_client = options.pop("api_client", None) or api_client_for(cluster.kubeconfig, cluster.kube_context)
+    return KubernetesGateway(
+        cluster.name,
+        api_client,
+        label_domain=label_domain,
+        gpu_aliases=gpu_aliases,
+        hami=cluster.hami,
+        hami_resource_pool=cluster.hami_resource_pool,
+        kubernetes_version=cluster.kubernetes_version,
+        **options,
+    )

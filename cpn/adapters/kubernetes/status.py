@@ -1,0 +1,112 @@
+"""What a job's objects say about it: running, succeeded or failed, since when, and why.
+
+- A batch Job ends with its `Complete` or `Failed` condition; a Volcano Job with `status.state.phase`
+  Completed (succeeded) or Failed, Aborted, Terminated (failed). A Deployment serves until removed.
+- A job runs once one of its pods runs (or has already finished).
+- A failure's reason comes from its pods first: `OOMKilled` when a container was killed for memory
+  (its state or last state), `Evicted: <message>` for an evicted pod; else the condition's reason and
+  message (`BackoffLimitExceeded: ...`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from cpn.adapters.gateway import OOM_REASON
+
+Phase = Literal["submitted", "running", "succeeded", "failed"]
+
+VOLCANO_DONE = {"Completed": "succeeded", "Failed": "failed", "Aborted": "failed", "Terminated": "failed"}
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job as its objects on one cluster show it."""
+
+    phase: Phase
+    start: float | None = None
+    """When its first pod started (Unix seconds), if one has."""
+    end: float | None = None
+    reason: str = ""
+    nodes: tuple[str, ...] = ()
+    """Nodes its pods run or ran on."""
+    failed_pod: tuple[str, str] | None = None
+    """(namespace, name) of the pod whose log tells why it failed, else its first pod."""
+
+
+def timestamp(text: str | None) -> float | None:
+    """RFC 3339 time as Unix seconds; None when absent."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _pod_started(pod: Mapping[str, Any]) -> float | None:
+    status = pod.get("status") or {}
+    if status.get("phase") not in ("Running", "Succeeded", "Failed"):
+        return None
+    times = [timestamp(status.get("startTime"))]
+    for cs in status.get("containerStatuses") or []:
+        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+            times.append(timestamp((state.get("running") or state.get("terminated") or {}).get("startedAt")))
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
+def pod_failure(pod: Mapping[str, Any]) -> str:
+    """Why a pod failed: OOMKilled, Evicted: ..., or '' when it says nothing."""
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+            if (state.get("terminated") or {}).get("reason") == OOM_REASON:
+                return OOM_REASON
+    if status.get("reason") == "Evicted":
+        return f"Evicted: {status.get('message', '')}".rstrip(": ")
+    return ""
+
+
+def job_status(workload: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) -> JobStatus:
+    """The status of a job from its workload object (None when not seen) and its pods."""
+    pods = sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", ""))
+    starts = [t for t in (_pod_started(p) for p in pods) if t is not None]
+    start = min(starts) if starts else None
+    nodes = tuple(dict.fromkeys(n for p in pods if (n := (p.get("spec") or {}).get("nodeName"))))
+    reasons = [(r, p) for p in pods if (r := pod_failure(p))]
+    first = pods[0] if pods else None
+    failed_pod = reasons[0][1] if reasons else first
+    where = None
+    if failed_pod is not None:
+        meta = failed_pod.get("metadata") or {}
+        where = (meta.get("namespace", "default"), meta.get("name", ""))
+    phase, end, reason = _ended(workload)
+    if phase is None:
+        running = any((p.get("status") or {}).get("phase") in ("Running", "Succeeded") for p in pods)
+        return JobStatus("running" if running else "submitted", start, None, "", nodes, where)
+    if phase == "failed" and reasons:
+        reason = reasons[0][0]
+    return JobStatus(phase, start, end, reason, nodes, where)
+
+
+def _ended(workload: Mapping[str, Any] | None) -> tuple[Phase | None, float | None, str]:
+    if workload is None:
+        return None, None, ""
+    status = workload.get("status") or {}
+    if workload.get("apiVersion", "").startswith("batch.volcano.sh/"):
+        state = status.get("state") or {}
+        phase = VOLCANO_DONE.get(state.get("phase", ""))
+        if phase is None:
+            return None, None, ""
+        reason = ": ".join(x for x in (state.get("reason"), state.get("message")) if x) or state["phase"]
+        return phase, timestamp(state.get("lastTransitionTime")), reason if phase == "failed" else ""  # type: ignore[return-value]
+    for cond in status.get("conditions") or []:
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") == "Complete":
+            return "succeeded", timestamp(status.get("completionTime") or cond.get("lastTransitionTime")), ""
+        if cond.get("type") == "Failed":
+            reason = ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x) or "Failed"
+            return "failed", timestamp(cond.get("lastTransitionTime")), reason
+    return None, None, ""
