@@ -11,7 +11,6 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import socket
 import subprocess
 import tarfile
@@ -269,8 +268,3 @@ class ThrottledProxy:
         """Stop accepting connections."""
         self._stopped.set()
         self._listener.close()
-
-
-def environ_without_proxy() -> dict[str, str]:
-    """The environment with HTTP proxies removed, so loopback traffic goes direct."""
-    return {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
