@@ -11,6 +11,8 @@ COMMAND_MODULES = (
     "cli.intake",
     "cli.predictor",
     "cli.bench",
+    "cli.run",
+    "cli.generate",
     "cli.metrics",
     "cli.migrate",
 )

@@ -81,14 +81,15 @@ class PromQueries(_Strict):
     """The PromQL of every reading, per cluster; the defaults read dcgm-exporter and node-exporter.
 
     GPU readings are labelled with `Hostname` and `gpu` (dcgm-exporter's own labels); node readings with
-    `nodename` (joined from node-exporter's `node_uname_info`).
+    `nodename` (joined from node-exporter's `node_uname_info`). CPU use is `irate` (the last two samples,
+    so a change shows after one scrape) rather than `rate`, whose average over the window lags.
     """
 
     gpu_utilization: PromQuery = PromQuery(query="DCGM_FI_DEV_GPU_UTIL", series="DCGM_FI_DEV_GPU_UTIL")
     gpu_memory_used: PromQuery = PromQuery(query="DCGM_FI_DEV_FB_USED", series="DCGM_FI_DEV_FB_USED")
     gpu_memory_free: PromQuery = PromQuery(query="DCGM_FI_DEV_FB_FREE", series="DCGM_FI_DEV_FB_FREE")
     cpu_used_cores: PromQuery = PromQuery(
-        query=f'sum by (nodename) (rate(node_cpu_seconds_total{{mode!="idle"}}[1m]) {_NODE_JOIN})',
+        query=f'sum by (nodename) (irate(node_cpu_seconds_total{{mode!="idle"}}[1m]) {_NODE_JOIN})',
         series="node_cpu_seconds_total",
     )
     memory_used_bytes: PromQuery = PromQuery(

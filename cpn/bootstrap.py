@@ -16,6 +16,8 @@ them. The estimate source is chosen by name in models.sources and handed in here
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,12 +102,14 @@ def build_service(
     cpu_threshold: float = DEFAULT_CPU_THRESHOLD,
     time_scale: float | None = None,
     node_load: NodeLoad | None = None,
+    wall: Callable[[], float] = time.time,
 ) -> Service:
     """The scheduler over `clusters` with a job store at `store_path` (see the module doc).
 
     `table` is the simulated clusters' ground truth; `policy` a policy or its name; `node_load` adjusts
     node states by measured load (the metrics source). With `time_scale`, a file beside the store keeps
-    the simulated timeline and another journals the simulated clusters' submissions.
+    the simulated timeline and another journals the simulated clusters' submissions; `wall` is the wall
+    clock they follow (tests fake it).
     """
     real = [c.name for c in clusters.clusters if c.kube_context]
     if real and time_scale not in (None, 1):
@@ -131,9 +135,7 @@ def build_service(
     transfers = TransferTimes(clusters)
     migrator = SimulatedMigrator(transfers, sim_clock)
     if live:
-        import time
-
-        now = time.time()
+        now = wall()
         timeline = (
             Timeline(now, now, 1.0)
             if real
@@ -142,7 +144,7 @@ def build_service(
         if real:
             sim_clock.advance_to(now)
         parts = [migrator] if simulator is None else [simulator, migrator]
-        driver = SimDriver(sim_clock, parts, timeline)
+        driver = SimDriver(sim_clock, parts, timeline, wall)
     scheduler = Scheduler(
         store,
         gateway,

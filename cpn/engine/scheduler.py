@@ -143,7 +143,7 @@ class Scheduler:
         try:
             self.store.transition(job_id, state, **kw)
         except (IllegalTransition, UnknownJob) as exc:
-            log.info("skipped a reported transition: %s", exc)
+            log.debug("skipped a reported transition: %s", exc)
             return False
         return True
 

@@ -1,0 +1,142 @@
+"""`cpn run`: the long-running service, the HTTP intake and the scheduling loop in one process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+from config.runtime import runtime_settings
+from config.settings import DEMO_DIR, ConfigError, load_profile
+from cpn.bootstrap import Service, build_service
+from cpn.engine.live import LiveLoop
+from cpn.engine.scheduler import RoundResult
+from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
+from cpn.store import StoreError
+
+log = logging.getLogger("cpn.run")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `run` sub-command."""
+    p = sub.add_parser(
+        "run",
+        help="run the service: HTTP intake and the scheduling loop, until stopped",
+        description=(
+            "Serve the job intake API and schedule queued jobs onto the configured clusters, a round every "
+            "interval_s (loop.yaml) or as soon as a job arrives or a cluster event falls due. Clusters "
+            "without a kube_context are simulated; --time-scale runs their time faster than the wall clock. "
+            "Stop with Ctrl-C or SIGTERM: the round in progress finishes first. Starting again on the same "
+            "store resumes: queued jobs stay queued, running ones are reconciled, nothing is submitted twice."
+        ),
+    )
+    p.add_argument("--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo)")
+    p.add_argument(
+        "--store", help="job store file (default: $CPN_STORE, else jobs.db in $CPN_HOME, ~/.cpn by default)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8080, help="port of the HTTP API (default: %(default)s)")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="simulated clusters run this many times faster than the wall clock (default: %(default)s)",
+    )
+    p.add_argument("--interval", type=float, help="seconds between rounds (default: loop.yaml's interval_s)")
+    p.add_argument("--policy", help="policy name (default: the config's policy.yaml)")
+    p.add_argument(
+        "--estimates",
+        default="oracle",
+        help="runtime estimates: oracle, noisy:SIGMA, predictor or champion (default: %(default)s)",
+    )
+    p.add_argument(
+        "--throughputs",
+        default=str(GAVEL_ISOLATED),
+        help="simulated clusters' ground truth, and the predictor's table (default: Gavel's)",
+    )
+    p.set_defaults(func=run_service)
+
+
+def _on_round(result: RoundResult) -> None:
+    if result.placed or result.migrating or result.rejected or result.events:
+        log.info(
+            "t=%.0fs events %d, started %d, migrating %d, rejected %d, refused %d, queued %d",
+            result.time,
+            result.events,
+            result.placed,
+            result.migrating,
+            result.rejected,
+            result.submit_refused,
+            result.pending_after,
+        )
+
+
+def build(args: argparse.Namespace) -> Service:
+    """The service `args` describe (raises ConfigError, ThroughputFormatError, StoreError, ValueError)."""
+    from models.sources import estimate_source
+
+    profile = load_profile(args.config)
+    table = ThroughputTable.load(args.throughputs)
+    store = Path(args.store) if args.store else runtime_settings().store_path
+    store.parent.mkdir(parents=True, exist_ok=True)
+    return build_service(
+        profile.clusters,
+        store,
+        args.policy or profile.policy.name,
+        table,
+        estimator=estimate_source(args.estimates, table),
+        cpu_threshold=profile.policy.cpu_threshold,
+        time_scale=args.time_scale,
+    )
+
+
+def run_service(args: argparse.Namespace) -> int:
+    """Run until SIGINT/SIGTERM; exit 2 on bad configuration."""
+    import uvicorn
+
+    from cpn.api import create_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        service = build(args)
+        interval = args.interval or load_profile(args.config).loop.interval_s
+        loop = LiveLoop(service.scheduler, interval, simulation=service.driver, on_round=_on_round)
+    except (ConfigError, ThroughputFormatError, StoreError, ValueError, FileNotFoundError) as exc:
+        print(f"cpn run: {exc}", file=sys.stderr)
+        return 2
+    with service.store:
+        service.start()
+        server = uvicorn.Server(
+            uvicorn.Config(create_app(service.store), host=args.host, port=args.port, log_level="warning")
+        )
+        http = threading.Thread(target=server.run, name="http", daemon=True)
+        http.start()
+        while not server.started and http.is_alive():
+            time.sleep(0.05)
+        if not http.is_alive():
+            print(f"cpn run: the HTTP API could not start on {args.host}:{args.port}", file=sys.stderr)
+            return 2
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            log.info("%s: finishing the round in progress, then stopping", signal.Signals(signum).name)
+            loop.stop()
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        scale = f", simulated time x{args.time_scale:g}" if service.driver is not None else ""
+        print(
+            f"cpn run: {len(service.gateway.clusters)} clusters, {service.total_gpus} GPUs, policy "
+            f"{service.scheduler.policy.name}{scale}; API on http://{args.host}:{args.port} "
+            f"(store {service.store.path}); Ctrl-C stops",
+            flush=True,
+        )
+        stats = loop.run()
+        server.should_exit = True
+        http.join(timeout=10)
+    print(f"cpn run: stopped after {stats.rounds} rounds, {stats.placed} jobs started", flush=True)
+    return 0
