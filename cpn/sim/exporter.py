@@ -95,8 +95,13 @@ class SimExporter:
         nodes: Sequence[Node],
         host_memory_gb: Mapping[str, float] | None = None,
         clock: Callable[[], float] = time.time,
+        timestamps: bool = False,
     ) -> None:
-        """`nodes` to export (usually one cluster's); `host_memory_gb` node name -> GB (default 64)."""
+        """`nodes` to export (usually one cluster's); `host_memory_gb` node name -> GB (default 64).
+
+        `timestamps`: stamp every sample with its time, as cAdvisor and a federated Prometheus do
+        (dcgm-exporter and node-exporter do not; Prometheus then stamps samples with the scrape time).
+        """
         help_texts = dcgm_help()
         unknown = [name for name in EXPORTED_DCGM if name not in help_texts]
         if unknown:
@@ -107,6 +112,7 @@ class SimExporter:
         for load in self._loads.values():
             load.cpu_seconds = [[0.0, 0.0] for _ in range(math.ceil(load.node.cpu_cores))]
         self._clock = clock
+        self.timestamps = timestamps
         self._lock = threading.Lock()
         self._last = time.monotonic()
         self._frozen_at: float | None = None
@@ -144,7 +150,11 @@ class SimExporter:
             self._load(node).foreign_cpu = cores
 
     def freeze(self) -> None:
-        """Keep serving the samples of now, stamped with now: a hung exporter that serves old values."""
+        """Keep serving the samples of now: a hung exporter that serves old values.
+
+        With `timestamps` they keep their time, so Prometheus sees them age (stale); without, every scrape
+        stamps them afresh and only the unchanging values tell.
+        """
         with self._lock:
             self._tick()
             self._frozen_at = self._clock()
@@ -169,8 +179,13 @@ class SimExporter:
 
     # -- series -------------------------------------------------------------------------------------
 
+    def _stamp(self) -> float | None:
+        if self._frozen_at is not None or not self.timestamps:
+            return self._frozen_at if self.timestamps else None
+        return self._clock()
+
     def _dcgm(self) -> Iterator[Metric]:
-        ts = self._frozen_at
+        ts = self._stamp()
         families = {
             name: GaugeMetricFamily(name, self._help[name], labels=_DCGM_LABELS) for name in EXPORTED_DCGM
         }
@@ -195,7 +210,7 @@ class SimExporter:
         yield from families.values()
 
     def _node(self, load: _NodeLoad) -> Iterator[Metric]:
-        ts = self._frozen_at
+        ts = self._stamp()
         cpu = CounterMetricFamily(
             "node_cpu_seconds", "Seconds the CPUs spent in each mode.", labels=["cpu", "mode"]
         )
