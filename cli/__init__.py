@@ -9,6 +9,7 @@ import sys
 COMMAND_MODULES = (
     "cli.demo",
     "cli.intake",
+    "cli.tokens",
     "cli.predictor",
     "cli.bench",
     "cli.run",

@@ -2,7 +2,8 @@
 
 Every command takes `--store PATH`; without it the store is `$CPN_STORE`, else `.cpn/jobs.db`.
 Exit status: 0 done; 1 the store refused (conflicting resubmission, unknown job, unusable
-store file); 2 invalid input (a manifest with problems, a file that cannot be read).
+store file, disk full); 2 invalid input (a manifest with problems, a file that cannot be read,
+a `cpn serve` without any token configured).
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from cli.tokens import tokens_file_argument, tokens_path
+from cpn.auth import LOOPBACK_HOSTS, ApiSecurity, Authenticator, TokenFileError
 from cpn.intake import IntakeError, parse_manifests
 from cpn.jobs import JobSpec, JobState
+from cpn.safe_yaml import DEFAULT_LIMITS
 from cpn.store import JobConflict, JobRecord, JobStore, StoreError, UnknownJob
 
 DEFAULT_STORE = Path(".cpn") / "jobs.db"
@@ -23,6 +27,7 @@ DEFAULT_STORE = Path(".cpn") / "jobs.db"
 
 _EXIT_REFUSED = 1
 _EXIT_INVALID = 2
+_WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,11 +81,75 @@ def register(sub: argparse._SubParsersAction) -> None:
         "serve",
         parents=[store],
         help="serve the HTTP job intake API",
-        description="Serve POST /jobs, GET /jobs, GET /jobs/NAMESPACE/NAME and GET /healthz over the store.",
+        description=(
+            "Serve POST /jobs, GET /jobs, GET /jobs/NAMESPACE/NAME and GET /healthz over the store. Every "
+            "request needs a bearer token (`cpn token create`, or $CPN_API_TOKEN); without any token the "
+            "server does not start unless --no-auth is given, and then listens on loopback only."
+        ),
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
+    add_security_arguments(p)
     p.set_defaults(func=run_serve)
+
+
+def add_security_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that say who may use the HTTP API (for `cpn serve` and `cpn run`)."""
+    tokens_file_argument(p)
+    p.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve without tokens: anyone on this machine may submit and read; loopback --host only",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name clients use to reach the server (repeat for several; loopback names and a "
+        "non-wildcard --host are always allowed; needed with --host 0.0.0.0)",
+    )
+    p.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a web origin (https://ui.example.com) whose pages may call the API; none by default",
+    )
+
+
+def security_from_args(args: argparse.Namespace) -> ApiSecurity:
+    """The API's admission rules from `add_security_arguments`' options; ValueError says what is missing."""
+    host = args.host.strip("[]")
+    if host in _WILDCARD_HOSTS and not args.allowed_host:
+        raise ValueError(
+            f"--host {args.host} listens on every address; name the host names clients will use with "
+            "--allowed-host NAME (a foreign Host header is refused, against DNS rebinding)"
+        )
+    hosts = LOOPBACK_HOSTS | {h.lower() for h in args.allowed_host}
+    if host not in _WILDCARD_HOSTS:
+        hosts |= {host.lower()}
+    origins = frozenset(args.allowed_origin)
+    if args.no_auth:
+        if host not in LOOPBACK_HOSTS:
+            raise ValueError(
+                f"--no-auth serves on loopback only (127.0.0.1, ::1, localhost), not {args.host}"
+            )
+        return ApiSecurity.no_auth(hosts, allowed_origins=origins)
+    path = tokens_path(args.tokens_file)
+    explicit = bool(args.tokens_file or os.environ.get("CPN_TOKENS_FILE"))
+    env_token = os.environ.get("CPN_API_TOKEN") or None
+    if not path.exists() and (explicit or env_token is None):
+        raise ValueError(
+            f"no API token is configured ({path} does not exist and CPN_API_TOKEN is not set); make one "
+            "with `cpn token create --name NAME --namespace NS`, or pass --no-auth to serve on loopback "
+            "without authentication"
+        )
+    try:
+        authenticator = Authenticator(path if path.exists() else None, env_token)
+    except TokenFileError as exc:
+        raise ValueError(str(exc)) from None
+    return ApiSecurity(authenticator, hosts, origins)
 
 
 def store_path(arg: str | None) -> Path:
@@ -106,7 +175,7 @@ def run_submit(args: argparse.Namespace) -> int:
     defined_in: dict[str, str] = {}
     for name in args.files:
         try:
-            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+            text = _read_limited(name, DEFAULT_LIMITS.max_bytes)
             parsed = parse_manifests(text, "<stdin>" if name == "-" else name)
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(f"{name}: cannot read: {exc}")
@@ -134,6 +203,17 @@ def run_submit(args: argparse.Namespace) -> int:
         print(f"{label} {spec.job_id}  {spec.kind} {spec.model}, {spec.num_gpus} GPU")
     print(f"{new} new job(s) queued, {len(specs) - new} already in {store_path(args.store)}")
     return 0
+
+
+def _read_limited(name: str, limit: int) -> str:
+    """The text of a file (`-`: standard input), reading no more than one character past `limit`.
+
+    A larger input then fails in parse_manifests with its size limit, without being read whole.
+    """
+    if name == "-":
+        return sys.stdin.read(limit + 1)
+    with open(name, encoding="utf-8") as f:
+        return f.read(limit + 1)
 
 
 def run_jobs(args: argparse.Namespace) -> int:
@@ -210,12 +290,17 @@ def run_serve(args: argparse.Namespace) -> int:
     from cpn.api import create_app
 
     try:
+        security = security_from_args(args)
+    except ValueError as exc:
+        return _fail("serve", str(exc), _EXIT_INVALID)
+    try:
         store = _open_store(args.store)
     except StoreError as exc:
         return _fail("serve", str(exc), _EXIT_REFUSED)
     with store:
-        print(f"serving the job store {store_path(args.store)} on http://{args.host}:{args.port}")
-        uvicorn.run(create_app(store), host=args.host, port=args.port)
+        who = "without authentication" if security.authenticator is None else "with bearer tokens"
+        print(f"serving the job store {store_path(args.store)} on http://{args.host}:{args.port} {who}")
+        uvicorn.run(create_app(store, security=security), host=args.host, port=args.port)
     return 0
 
 
@@ -232,9 +317,15 @@ def _describe(record: JobRecord) -> str:
         ("state", record.state.value),
         ("cluster", record.cluster or "-"),
         ("node", record.node or "-"),
+        ("gpus", ", ".join(f"{node}:{cards}" for node, cards in record.placement) or "-"),
         ("accepted", _format_time(record.submitted_at)),
         ("updated", _format_time(record.updated_at)),
     ]
+    if record.waiting is not None:
+        waiting = record.waiting
+        lines.append(("waiting", f"{waiting.code}: {waiting.detail}" if waiting.detail else waiting.code))
+        if waiting.predicted_start is not None:
+            lines.append(("predicted start", _format_time(waiting.predicted_start)))
     lines += [
         (f.name, str(getattr(record.spec, f.name)))
         for f in dataclasses.fields(record.spec)

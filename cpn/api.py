@@ -1,91 +1,183 @@
 """HTTP job intake: submit Kubernetes manifests, read jobs and their history.
 
-- `POST /jobs`: a YAML body (`application/yaml`, `text/yaml`, `text/plain`, ...) or
+- `POST /jobs`: a YAML body (`application/yaml`, `application/x-yaml`, `text/yaml`) or
   JSON `{"manifest": "<yaml>"}`. 201 with one outcome per job when any job is
   new, 200 when every job existed already; 422 with the list of problems when a
-  document is invalid, 400 when the body cannot be read, 409 on a conflicting
-  resubmission. On any error nothing is stored.
-- `GET /jobs?state=queued&state=running`: jobs in acceptance order, optionally by state.
-- `GET /jobs/{namespace}/{name}`: one job with its spec and transition history.
-- `GET /healthz`: the store answers; job counts per state.
+  document is invalid, 400 when the body cannot be read, 413 when it is too large,
+  415 for another content type (`text/plain` and forms are what a foreign web page
+  can send without asking), 403 when a job is in a namespace the token may not
+  write, 409 on a conflicting resubmission, 503 when the store cannot write (disk
+  full, read-only). On any error nothing is stored.
+- `GET /jobs?state=queued&limit=100&cursor=C`: job summaries in acceptance order, a
+  page at a time (`next_cursor` is the `cursor` of the next page; null at the end),
+  only of the namespaces the token may read.
+- `GET /jobs/{namespace}/{name}`: one job with its spec, its manifest (with `env`
+  values and secret-looking fields redacted) and its transition history.
+- `GET /healthz`: the API is up (no token needed); job counts per state with a token
+  for every namespace.
 
-Every error is JSON `{"error": "<what went wrong and what to do>", ...}`.
+Every request but `/healthz` needs `Authorization: Bearer <token>` (401 without; see
+cpn.auth), a `Host` the server answers to, and no cross-site `Origin` (403). Every
+error is JSON `{"error": "<what went wrong and what to do>", ...}`, never a traceback.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import re
 from typing import Annotated, Any
 
+import yaml
 from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from cpn.auth import ANONYMOUS, ApiSecurity, Principal
 from cpn.intake import IntakeError, parse_manifests
-from cpn.jobs import JobState
-from cpn.store import JobConflict, JobRecord, JobStore, Transition, UnknownJob
+from cpn.jobs import JobSpec, JobState
+from cpn.safe_yaml import clip
+from cpn.store import JobConflict, JobRecord, JobStore, StoreUnavailable, Transition, UnknownJob
+
+log = logging.getLogger("cpn.api")
 
 _STATES = ", ".join(s.value for s in JobState)
+YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
+"""Content types of a YAML body; JSON bodies are `application/json`."""
+MAX_PAGE = 1000
+"""Largest `limit` of `GET /jobs`."""
+REDACTED = "<redacted>"
+"""What a secret value reads as in a returned manifest."""
+_SECRET_KEY = re.compile(
+    r"password|passwd|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|credential", re.IGNORECASE
+)
+_OPEN_PATHS = frozenset({"/healthz"})
 
 
 class _BadRequest(ValueError):
-    """The request cannot be read (not UTF-8, bad JSON, unknown state); answered with 400 or 422."""
+    """The request cannot be served as sent; answered with `status` and the message."""
 
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
 
 
-def create_app(store: JobStore) -> FastAPI:
-    """The intake API over `store`; the caller owns the store and closes it."""
+def create_app(store: JobStore, *, security: ApiSecurity) -> FastAPI:
+    """The intake API over `store`, admitting requests as `security` says; the caller owns the store.
+
+    Tests and a loopback-only server without tokens pass `ApiSecurity.no_auth(...)`.
+    """
     app = FastAPI(
         title="cpn job intake",
         description="Submit Kubernetes manifests with cpn annotations; read jobs and their history.",
     )
     _add_error_handlers(app)
+    app.add_middleware(_Guard, security=security)
 
     @app.post("/jobs", status_code=201)
     async def submit_jobs(request: Request) -> JSONResponse:
         """Accept every job in the manifest(s) of the body, or none."""
-        text = _manifest_text(await request.body(), request.headers.get("content-type", ""))
-        outcomes = await run_in_threadpool(lambda: store.submit(parse_manifests(text, "request body")))
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type not in YAML_TYPES and content_type != "application/json":
+            raise _BadRequest(
+                f"content type {clip(content_type, 60)!r} is not accepted; send the manifest as "
+                'application/yaml, or as application/json {"manifest": "<yaml>"}',
+                status=415,
+            )
+        body = await _read_body(request, security.max_body_bytes)
+        text = _manifest_text(body, content_type == "application/json")
+        principal = _principal(request)
+        outcomes = await run_in_threadpool(_submit, store, text, principal)
         created = any(o.status == "created" for o in outcomes)
         jobs = [{"job_id": o.job_id, "status": o.status} for o in outcomes]
         return JSONResponse({"jobs": jobs}, status_code=201 if created else 200)
 
     @app.get("/jobs")
     def list_jobs(
+        request: Request,
         state: Annotated[list[str] | None, Query(description=f"Only jobs in these states: {_STATES}")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Jobs per page")] = 100,
+        cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
     ) -> dict[str, Any]:
-        """Jobs in acceptance order (summaries, without manifests)."""
+        """A page of job summaries (without manifests) in acceptance order, of the caller's namespaces."""
         try:
             states = [JobState(s) for s in state or ()]
         except ValueError as exc:
-            raise _BadRequest(f"{exc}; use one of {_STATES}", status=422) from None
-        return {"jobs": [_summary(r) for r in store.jobs(states or None)]}
+            raise _BadRequest(f"{clip(str(exc))}; use one of {_STATES}", status=422) from None
+        if cursor is not None and not (cursor.isdigit() and len(cursor) < 19):
+            raise _BadRequest("cursor is not one this server gave; start again without it", status=422)
+        principal = _principal(request)
+        records, after = store.page(
+            states=states or None,
+            namespaces=None if principal.namespaces is None else sorted(principal.namespaces),
+            after=int(cursor or 0),
+            limit=limit,
+        )
+        return {"jobs": [_summary(r) for r in records], "next_cursor": None if after is None else str(after)}
 
     @app.get("/jobs/{namespace}/{name}")
-    def get_job(namespace: str, name: str) -> dict[str, Any]:
-        """One job: spec, state, placement and transition history."""
+    def get_job(request: Request, namespace: str, name: str) -> dict[str, Any]:
+        """One job: spec, redacted manifest, state, placement and transition history."""
+        _authorize(_principal(request), [namespace], "read")
         job_id = f"{namespace}/{name}"
         record = store.get(job_id)
         return {
             **_summary(record),
-            "spec": dataclasses.asdict(record.spec),
+            "spec": _public_spec(record.spec),
             "history": [_transition(t) for t in store.history(job_id)],
         }
 
     @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
-        """The API is up and its store answers."""
-        return {"status": "ok", "jobs": {state.value: n for state, n in store.counts().items()}}
+    def healthz(request: Request) -> dict[str, Any]:
+        """The API is up and its store answers; counts per state for a caller allowed every namespace."""
+        counts = store.counts()
+        principal = request.scope.get("cpn.principal")
+        if principal is None or principal.namespaces is not None:
+            return {"status": "ok"}
+        return {"status": "ok", "jobs": {state.value: n for state, n in counts.items()}}
 
     return app
 
 
+def _submit(store: JobStore, text: str, principal: Principal) -> list:
+    specs = parse_manifests(text, "request body")
+    _authorize(principal, [s.job_id.split("/", 1)[0] for s in specs], "write")
+    return store.submit(specs)
+
+
+def _principal(request: Request) -> Principal:
+    return request.scope["cpn.principal"]
+
+
+def _authorize(principal: Principal, namespaces: list[str], action: str) -> None:
+    denied = sorted({ns for ns in namespaces if not principal.may(ns)})
+    if denied:
+        raise _BadRequest(
+            f"the token {principal.name!r} may not {action} namespace(s) "
+            f"{clip(', '.join(denied))}; nothing was stored. Ask for a token of those namespaces",
+            status=403,
+        )
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it passes `limit` bytes (whatever Content-Length said)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _BadRequest(_too_large(limit), status=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> str:
+    return f"the request body is larger than {limit:,} bytes; split the manifests over several requests"
+
+
 def _add_error_handlers(app: FastAPI) -> None:
-    """Turn the domain's exceptions into JSON errors; nothing was stored when one is raised."""
+    """Turn the domain's exceptions into short JSON errors; nothing was stored when one is raised."""
 
     @app.exception_handler(IntakeError)
     async def refused(request: Request, exc: IntakeError) -> JSONResponse:
@@ -101,26 +193,127 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(UnknownJob)
     async def unknown(request: Request, exc: UnknownJob) -> JSONResponse:
-        return _error(404, f"{exc}; list the jobs with GET /jobs")
+        return _error(404, f"{clip(str(exc))}; list the jobs with GET /jobs")
+
+    @app.exception_handler(StoreUnavailable)
+    async def unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        log.error("store unavailable: %s", exc)
+        response = _error(503, f"{exc}; nothing was stored, retry later", kind=exc.kind)
+        response.headers["Retry-After"] = "5"
+        return response
 
     @app.exception_handler(_BadRequest)
     async def bad_request(request: Request, exc: _BadRequest) -> JSONResponse:
         return _error(exc.status, str(exc))
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid_parameters(request: Request, exc: RequestValidationError) -> JSONResponse:
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg', '')}"
+            for err in exc.errors()[:5]
+        )
+        return _error(422, f"invalid request parameters: {clip(where, 400)}")
 
-def _manifest_text(body: bytes, content_type: str) -> str:
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return _error(500, "internal error; nothing was stored. The server log has the details")
+
+
+class _Guard:
+    """ASGI middleware in front of the app: Host, cross-site requests, authentication, body size.
+
+    Runs before FastAPI parses anything, so a refused request costs almost nothing.
+    """
+
+    def __init__(self, app: Any, security: ApiSecurity) -> None:
+        self.app = app
+        self.security = security
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            status, message, extra = refusal
+            await _send_json(send, status, {"error": message}, extra)
+            return
+        await self.app(scope, receive, send)
+
+    def _refusal(self, scope: dict, headers: dict[bytes, bytes]) -> tuple[int, str, list] | None:
+        sec = self.security
+        host = _host_name(headers.get(b"host", b""))
+        if host not in sec.allowed_hosts:
+            return 421, f"this server does not answer to host {clip(host, 60)!r}; use one it was told to", []
+        origin = headers.get(b"origin")
+        if origin is not None and origin.decode("latin-1") not in sec.allowed_origins:
+            return 403, "cross-site requests are refused; call the API from a client, not a web page", []
+        if origin is None and headers.get(b"sec-fetch-site", b"") == b"cross-site":
+            return 403, "cross-site requests are refused; call the API from a client, not a web page", []
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > sec.max_body_bytes):
+            return 413, _too_large(sec.max_body_bytes), []
+        if sec.authenticator is None:
+            scope["cpn.principal"] = ANONYMOUS
+            return None
+        auth = headers.get(b"authorization", b"")
+        scheme, _, token = auth.partition(b" ")
+        principal = None
+        if scheme.lower() == b"bearer" and token.strip():
+            principal = sec.authenticator.authenticate(token.strip().decode("latin-1"))
+        if principal is not None:
+            scope["cpn.principal"] = principal
+            return None
+        if scope["path"] in _OPEN_PATHS:
+            return None
+        client = scope.get("client") or ("?", 0)
+        reason = "unknown token" if token.strip() else "no bearer token"
+        log.warning("refused %s %s from %s: %s", scope["method"], clip(scope["path"], 100), client[0], reason)
+        return (
+            401,
+            f"{reason}; send Authorization: Bearer <token> (tokens are made with `cpn token create`)",
+            [(b"www-authenticate", b"Bearer")],
+        )
+
+
+def _headers(scope: dict) -> dict[bytes, bytes]:
+    """Request headers by lowercase name; a repeated header keeps its first value."""
+    found: dict[bytes, bytes] = {}
+    for name, value in scope["headers"]:
+        found.setdefault(name.lower(), value)
+    return found
+
+
+def _host_name(host: bytes) -> str:
+    """The name part of a Host header: `127.0.0.1:8080` -> `127.0.0.1`, `[::1]:80` -> `::1`."""
+    text = host.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text[1:].split("]", 1)[0]
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+
+
+async def _send_json(send: Any, status: int, payload: dict, extra_headers: list) -> None:
+    body = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + extra_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _manifest_text(body: bytes, is_json: bool) -> str:
     """The YAML text of a request body: the body itself, or the `manifest` of a JSON body."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise _BadRequest("the request body is not UTF-8 text; send the YAML manifest as UTF-8") from None
-    if content_type.split(";")[0].strip().lower() != "application/json":
+    if not is_json:
         return text
     try:
         payload = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise _BadRequest(
-            f'the JSON body is not valid ({exc}); send {{"manifest": "<yaml>"}} or a YAML body'
+            f'the JSON body is not valid ({clip(str(exc))}); send {{"manifest": "<yaml>"}} or a YAML body'
         ) from None
     if not isinstance(payload, dict) or not isinstance(payload.get("manifest"), str):
         raise _BadRequest('a JSON body must be an object {"manifest": "<yaml text>"}')
@@ -141,9 +334,47 @@ def _summary(record: JobRecord) -> dict[str, Any]:
         "num_gpus": spec.num_gpus,
         "cluster": record.cluster,
         "node": record.node,
+        "placement": [{"node": node, "gpus": cards} for node, cards in record.placement],
+        "gpus": record.gpus,
         "submitted_at": record.submitted_at,
         "updated_at": record.updated_at,
+        "waiting": None
+        if record.waiting is None
+        else {"code": record.waiting.code, "detail": record.waiting.detail},
+        "predicted_start": record.waiting.predicted_start if record.waiting else None,
     }
+
+
+def _public_spec(spec: JobSpec) -> dict[str, Any]:
+    """The spec as JSON, its manifest with secrets redacted."""
+    return {**dataclasses.asdict(spec), "manifest": redact_manifest(spec.manifest)}
+
+
+def redact_manifest(manifest: str) -> str:
+    """The manifest with every `env` value and every value under a secret-looking key replaced by REDACTED.
+
+    `valueFrom` references (to a Secret or ConfigMap) are kept: they name, not hold, the secret.
+    """
+    if not manifest:
+        return manifest
+    doc = yaml.load(manifest, Loader=yaml.CSafeLoader)  # written by cpn.intake, within its limits
+    return yaml.dump(_redact(doc), Dumper=yaml.CSafeDumper, sort_keys=False, allow_unicode=True)
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        if key == "env" and isinstance(item, list):
+            out[key] = [{**e, "value": REDACTED} if isinstance(e, dict) and "value" in e else e for e in item]
+        elif isinstance(key, str) and _SECRET_KEY.search(key) and not isinstance(item, dict | list):
+            out[key] = REDACTED
+        else:
+            out[key] = _redact(item)
+    return out
 
 
 def _transition(t: Transition) -> dict[str, Any]:

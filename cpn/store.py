@@ -166,6 +166,38 @@ class StoreError(RuntimeError):
     """The store file cannot be used (not a cpn store, written by a newer cpn, unreadable)."""
 
 
+class StoreUnavailable(StoreError):
+    """A read or write failed for a reason outside cpn; nothing of the failed write was kept.
+
+    `kind` says which: `disk-full`, `read-only`, `busy` (locked by another process too
+    long), or `io` (any other I/O or database error). The caller may retry later.
+    """
+
+    def __init__(self, path: str, kind: str, detail: str) -> None:
+        self.kind = kind
+        advice = {
+            "disk-full": "free disk space",
+            "read-only": "make the store file and its folder writable",
+            "busy": "retry when the other writer is done",
+        }.get(kind, "check the disk and the store file")
+        super().__init__(f"{path}: the job store is unavailable ({kind}: {detail}); {advice}")
+
+
+_ERROR_KINDS = {
+    "SQLITE_FULL": "disk-full",
+    "SQLITE_READONLY": "read-only",
+    "SQLITE_BUSY": "busy",
+    "SQLITE_LOCKED": "busy",
+}
+"""SQLite's primary error names, mapped to StoreUnavailable kinds (all others are `io`)."""
+
+
+def _unavailable(path: str, exc: sqlite3.Error) -> StoreUnavailable:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    kind = next((k for prefix, k in _ERROR_KINDS.items() if name.startswith(prefix)), "io")
+    return StoreUnavailable(path, kind, str(exc))
+
+
 class JobConflict(ValueError):
     """A submitted job reuses the id of a stored job with different content; nothing was stored."""
 
@@ -250,19 +282,29 @@ class JobStore:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, holding SQLite's write lock from the start; rolled back on any error."""
+        """One write transaction, holding SQLite's write lock from the start; rolled back on any error.
+
+        SQLite's own failures (disk full, read-only, I/O) become StoreUnavailable.
+        """
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:  # SQLite may have rolled back already (disk full)
+                        self._db.execute("ROLLBACK")
+                    raise
+            except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+                raise _unavailable(self.path, exc) from None
 
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
         with self._lock:
-            return self._db.execute(sql, params).fetchall()
+            try:
+                return self._db.execute(sql, params).fetchall()
+            except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+                raise _unavailable(self.path, exc) from None
 
     def submit(self, specs: Sequence[JobSpec]) -> list[SubmitOutcome]:
         """Queue new jobs, all or none, in the given order; one outcome per spec.
@@ -408,6 +450,36 @@ class JobStore:
                 f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ({marks}) ORDER BY seq", wanted
             )
         return [_record(row) for row in rows]
+
+    def page(
+        self,
+        *,
+        states: Iterable[JobState] | None = None,
+        namespaces: Iterable[str] | None = None,
+        after: int = 0,
+        limit: int = 100,
+    ) -> tuple[list[JobRecord], int | None]:
+        """At most `limit` jobs accepted after position `after`, in acceptance order, and the next position.
+
+        `states` and `namespaces` (None: all) filter the jobs; the next position is
+        None when no job is left. Lets the API list a large store in bounded pages.
+        """
+        where, params = ["seq > ?"], [after]
+        if states is not None:
+            wanted = [JobState(s).value for s in states]
+            where.append(f"state IN ({', '.join('?' * len(wanted))})")
+            params += wanted
+        if namespaces is not None:
+            prefixes = [f"{ns}/" for ns in namespaces]
+            where.append(f"({' OR '.join('substr(job_id, 1, ?) = ?' for _ in prefixes) or '0'})")
+            for prefix in prefixes:
+                params += [len(prefix), prefix]
+        rows = self._read(
+            f"SELECT seq, {_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
+            [*params, limit + 1],
+        )
+        records = [_record(row[1:]) for row in rows[:limit]]
+        return records, (rows[limit - 1][0] if len(rows) > limit else None)
 
     def history(self, job_id: str) -> list[Transition]:
         """The job's transitions, oldest first (the first is its entry into `queued`); UnknownJob if none."""

@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cpn.api import create_app
+from cpn.auth import ApiSecurity
 from cpn.clock import SimClock
 from cpn.jobs import JobState
 from cpn.store import JobStore
@@ -26,7 +27,7 @@ def store(tmp_path):
 
 @pytest.fixture
 def client(store):
-    with TestClient(create_app(store)) as c:
+    with TestClient(create_app(store, security=ApiSecurity.no_auth(allowed_hosts={"testserver"}))) as c:
         yield c
 
 
@@ -62,9 +63,19 @@ def test_json_body_with_manifest(client, store):
     assert store.get("default/transformer-wmt").spec.num_gpus == 4
 
 
-def test_text_plain_body(client):
+@pytest.mark.parametrize(
+    "content_type", ["text/plain; charset=utf-8", "application/x-www-form-urlencoded", ""]
+)
+def test_types_a_web_page_can_send_unasked_are_415(client, store, content_type):
     text = (EXAMPLES / "inference-deployment.yaml").read_text()
-    response = client.post("/jobs", content=text, headers={"content-type": "text/plain; charset=utf-8"})
+    response = client.post("/jobs", content=text, headers={"content-type": content_type})
+    assert response.status_code == 415 and "application/yaml" in response.json()["error"]
+    assert store.jobs() == []
+
+
+def test_yaml_content_types(client):
+    text = (EXAMPLES / "inference-deployment.yaml").read_text()
+    response = client.post("/jobs", content=text, headers={"content-type": "text/yaml; charset=utf-8"})
     assert response.status_code == 201
 
 
@@ -141,7 +152,9 @@ def test_list_jobs_by_state(client, store):
     store.transition("default/cyclegan", JobState.SCHEDULE_FAILED, reason="too big")
     queued = client.get("/jobs", params={"state": "queued"}).json()["jobs"]
     assert [j["job_id"] for j in queued] == ["default/lm-small", "default/recommendation-bs2048"]
-    every = client.get("/jobs").json()["jobs"]
+    page = client.get("/jobs").json()
+    assert page["next_cursor"] is None
+    every = page["jobs"]
     assert [j["state"] for j in every] == ["queued", "queued", "schedule-failed"]
     several = client.get("/jobs", params=[("state", "schedule-failed"), ("state", "running")]).json()["jobs"]
     assert [j["job_id"] for j in several] == ["default/cyclegan"]

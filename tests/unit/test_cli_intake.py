@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -141,8 +142,7 @@ def test_job_shows_spec_and_history(db, capsys):
     capsys.readouterr()
     assert main(["job", "transformer-wmt", "--manifest"]) == 0
     out = capsys.readouterr().out
-    assert "state           schedule-failed" in out
-    assert "num_gpus        4" in out
+    assert re.search(r"^state +schedule-failed$", out, re.M) and re.search(r"^num_gpus +4$", out, re.M)
     assert "queued  schedule-failed" in out and "no node has 4 free GPUs" in out
     assert "kind: Job" in out.split("manifest:")[1]
 
@@ -160,14 +160,68 @@ def test_unusable_store_file(tmp_path, capsys):
     assert "junk.db" in capsys.readouterr().err
 
 
-def test_serve_runs_uvicorn_on_the_api(db, monkeypatch):
-    served = {}
+@pytest.fixture
+def served(monkeypatch) -> dict:
+    """What `cpn serve` hands uvicorn, without serving; `served["probe"](app)`, if set, runs meanwhile."""
+    served: dict = {}
 
     def fake_run(app, host, port):
         served.update(routes={r.path for r in app.routes}, host=host, port=port)
+        if "probe" in served:
+            served["probe"](app)
 
     monkeypatch.setattr("uvicorn.run", fake_run)
-    assert main(["serve", "--host", "0.0.0.0", "--port", "9999"]) == 0
+    monkeypatch.delenv("CPN_API_TOKEN", raising=False)
+    monkeypatch.delenv("CPN_TOKENS_FILE", raising=False)
+    return served
+
+
+def test_serve_runs_uvicorn_on_the_api_with_tokens(db, tmp_path, served, capsys):
+    from fastapi.testclient import TestClient
+
+    file_args = ["--tokens-file", str(tmp_path / "tokens.yaml")]
+    assert main(["token", "create", "--name", "ci", "--namespace", "team-a", *file_args]) == 0
+    token = capsys.readouterr().out.strip()
+    assert token.startswith("cpn_") and token not in (tmp_path / "tokens.yaml").read_text()
+    auth = {"authorization": f"Bearer {token}"}
+    answers = []
+
+    def probe(app):
+        with TestClient(app, base_url="http://cpn.lab") as client:
+            answers.append(client.get("/jobs").status_code)
+            answers.append(client.get("/jobs", headers=auth).status_code)
+            answers.append(client.get("/jobs", headers={"host": "evil.example", **auth}).status_code)
+
+    served["probe"] = probe
+    assert (
+        main(["serve", "--host", "0.0.0.0", "--port", "9999", "--allowed-host", "cpn.lab", *file_args]) == 0
+    )
     assert {"/jobs", "/jobs/{namespace}/{name}", "/healthz"} <= served["routes"]
     assert (served["host"], served["port"]) == ("0.0.0.0", 9999)
+    assert answers == [401, 200, 421]
     assert db.exists()
+    capsys.readouterr()
+    assert main(["token", "list", *file_args]) == 0
+    assert capsys.readouterr().out.startswith("ci\tteam-a\t")
+    assert main(["token", "revoke", "ci", *file_args]) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "no API token is configured"),
+        (["--no-auth", "--host", "0.0.0.0", "--allowed-host", "x"], "loopback only"),
+        (["--host", "0.0.0.0"], "--allowed-host"),
+    ],
+)
+def test_serve_refuses_to_start_open(db, tmp_path, monkeypatch, served, capsys, args, says):
+    monkeypatch.chdir(tmp_path)
+    assert main(["serve", *args]) == 2
+    assert says in capsys.readouterr().err and not served
+
+
+def test_serve_no_auth_on_loopback_and_with_env_token(db, tmp_path, monkeypatch, served):
+    monkeypatch.chdir(tmp_path)
+    assert main(["serve", "--no-auth"]) == 0 and served["host"] == "127.0.0.1"
+    monkeypatch.setenv("CPN_API_TOKEN", "operator-secret")
+    assert main(["serve"]) == 0
