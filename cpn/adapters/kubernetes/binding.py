@@ -108,13 +108,17 @@ class KubernetesBinder:
         namespace, name = object_name(job.job_id)
         self._stamp(workload, job, placement, namespace, name)
         templates = _templates(workload)
-        gpu_templates = self._gpu_templates(job, templates, placement)
+        gpu_templates, reshaped = self._gpu_templates(job, templates, placement)
         for t in templates:
             self._stamp_template(t, job, chosen, placement, gpu=t in gpu_templates)
         if workload.get("apiVersion") == VOLCANO_API:
             spec = workload.setdefault("spec", {})
             spec["schedulerName"] = "volcano"
-            spec.setdefault("minAvailable", sum(t.replicas for t in templates))
+            pods = sum(t.replicas for t in templates)
+            # A job cpn spread into pods starts whole; else the user's minAvailable stands.
+            if reshaped or "minAvailable" not in spec:
+                spec["minAvailable"] = pods
+        _quantities_as_strings(workload)
         for obj in companions:
             meta = obj.setdefault("metadata", {})
             meta["namespace"] = namespace
@@ -132,9 +136,11 @@ class KubernetesBinder:
 
     def _gpu_templates(
         self, job: JobSpec, templates: list[_Template], placement: Placement
-    ) -> list[_Template]:
-        """The templates whose pods hold the job's cards, shaped so that they add up to the placement."""
+    ) -> tuple[list[_Template], bool]:
+        """The templates whose pods hold the job's cards, shaped so that they add up to the placement;
+        and whether a one-pod job was spread into several pods."""
         holding = [t for t in templates if t.gpus() > 0] or templates[:1]
+        reshaped = False
         if len(holding) == 1 and holding[0].replicas == 1 and len(placement.nodes) > 1:
             counts = {c for _, c in placement.nodes}
             if len(counts) != 1:
@@ -144,6 +150,7 @@ class KubernetesBinder:
                 )
             holding[0].set_replicas(len(placement.nodes))
             _set_gpus(holding[0], counts.pop())
+            reshaped = True
         elif holding[0].gpus() == 0:
             _set_gpus(holding[0], placement.total_gpus // holding[0].replicas)
         total = sum(t.gpus() * t.replicas for t in holding)
@@ -158,7 +165,7 @@ class KubernetesBinder:
                     f"job {job.job_id}: node {node} gets {cards} cards, not a whole number of pods "
                     f"of {smallest} GPUs"
                 )
-        return holding
+        return holding, reshaped
 
     def _stamp_template(
         self, t: _Template, job: JobSpec, chosen: list[Node], placement: Placement, *, gpu: bool
@@ -194,6 +201,11 @@ class KubernetesBinder:
                 HAMI_CORES: str(round(share * 100)),
             }
             resources.setdefault("limits", {}).update(extra)
+
+    def annotate_pods(self, workload: dict[str, Any], annotations: dict[str, str]) -> None:
+        """Add `annotations` to every pod template of a bound workload."""
+        for t in _templates(workload):
+            t.template.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
 
     def _affinity(self, spec: dict, job: JobSpec, node_names: list[str]) -> None:
         pools = sorted(POOLS_FOR_KIND[job.kind])
@@ -234,6 +246,21 @@ class KubernetesBinder:
             },
         ]
         spec["tolerations"] = kept + [w for w in wanted if w not in kept]
+
+
+def _quantities_as_strings(value: Any) -> None:
+    """Write every resource quantity as a string ("1", not 1), the form the API's typed models take."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "resources" and isinstance(item, dict):
+                for part in ("limits", "requests"):
+                    if isinstance(item.get(part), dict):
+                        item[part] = {k: v if isinstance(v, str) else f"{v:g}" for k, v in item[part].items()}
+            else:
+                _quantities_as_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            _quantities_as_strings(item)
 
 
 def _set_gpus(t: _Template, gpus: int) -> None:

@@ -41,7 +41,7 @@ from cpn.rules import gang_cpu, is_sharing, job_admission_problem, pick_shared_c
 from .api import KINDS, VOLCANO, Api, ApiError, RetryPolicy
 from .binding import BindError, KubernetesBinder
 from .inventory import Claim, node_states, read_node, schedulable
-from .labels import CpnLabels
+from .labels import CpnLabels, job_key
 from .status import JobStatus, job_status
 from .validation import InvalidManifest, validate_object
 from .watch import CollectionWatch
@@ -125,10 +125,7 @@ class KubernetesGateway:
     def inventory(self) -> tuple[NodeState, ...]:
         """Every GPU node (control-plane left out) with what its pods and pending claims leave free."""
         node_list = self.api.call(self.api.core.list_node)["items"]
-        pods = self.api.call(
-            self.api.core.list_pod_for_all_namespaces,
-            field_selector="status.phase!=Succeeded,status.phase!=Failed",
-        )["items"]
+        pods = self.api.call(self.api.core.list_pod_for_all_namespaces)["items"]
         nodes = []
         for obj in node_list:
             node = read_node(self.cluster, obj, self.labels, self.gpu_aliases)
@@ -136,6 +133,14 @@ class KubernetesGateway:
                 nodes.append((node, schedulable(obj)))
         with self._lock:
             self._nodes = {n.name: n for n, _ in nodes}
+            placed: dict[str, int] = defaultdict(int)
+            for pod in pods:
+                if (job_id := _job_id_of(pod, self.labels)) and (pod.get("spec") or {}).get("nodeName"):
+                    placed[job_id] += 1
+            # A claim stands for pods not seen yet; once they all show, the pods count instead.
+            for job_id, (_, expected) in list(self._claims.items()):
+                if placed[job_id] >= expected:
+                    del self._claims[job_id]
             claims = [c for c, _ in self._claims.values()]
         return node_states(nodes, pods, self.labels, claims)
 
@@ -174,6 +179,8 @@ class KubernetesGateway:
                 validate_object(obj, self.kubernetes_version)
         except (BindError, InvalidManifest) as exc:
             raise SubmitRejected(str(exc)) from None
+        if claim.share is not None:
+            self.binder.annotate_pods(objects[0], {self.labels.card: str(claim.share[0])})
         pods = _pod_count(objects[0])
         with self._lock:
             self._claims[job.job_id] = (claim, pods)
@@ -260,6 +267,8 @@ class KubernetesGateway:
     def close(self) -> None:
         """Stop the watches."""
         for w in self._watches:
+            w.stop(wait=False)
+        for w in self._watches:
             w.stop()
 
     def sync(self) -> None:
@@ -315,18 +324,21 @@ class KubernetesGateway:
             j for coll in self._cache.values() for obj in coll.values() if (j := _job_id_of(obj, self.labels))
         }
 
+    def _workload(self, job_id: str) -> dict | None:
+        with self._lock:
+            return next(
+                (
+                    o
+                    for coll in ("jobs", "vcjobs")
+                    for o in self._cache[coll].values()
+                    if _job_id_of(o, self.labels) == job_id
+                ),
+                None,
+            )
+
     def _status(self, job_id: str) -> JobStatus:
-        workload = next(
-            (
-                o
-                for coll in ("jobs", "vcjobs")
-                for o in self._cache[coll].values()
-                if _job_id_of(o, self.labels) == job_id
-            ),
-            None,
-        )
         pods = [p for p in self._cache["pods"].values() if _job_id_of(p, self.labels) == job_id]
-        return job_status(workload, pods)
+        return job_status(self._workload(job_id), pods)
 
     def _derive(self, job_ids: set[str]) -> None:
         """Re-derive each job's status and report what moved it forward."""
@@ -356,6 +368,16 @@ class KubernetesGateway:
                 self._finish(job_id, status, now)
 
     def _finish(self, job_id: str, status: JobStatus, now: float) -> None:
+        # The pods' own watch may lag the workload's: read them fresh for the reason and the log.
+        try:
+            pods = self.api.call(
+                self.api.core.list_pod_for_all_namespaces,
+                label_selector=f"{self.labels.job}={job_key(job_id)}",
+            )["items"]
+            workload = self._workload(job_id)
+            status = job_status(workload, pods) if workload is not None else status
+        except ApiError as exc:
+            log.warning("pods of %s not readable at its end: %s", job_id, exc)
         end = status.end if status.end is not None else now
         if status.failed_pod is not None:
             ns, name = status.failed_pod

@@ -75,8 +75,8 @@ class CollectionWatch:
             self._thread = threading.Thread(target=self._run, name=f"watch-{self.name}", daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
-        """End the loop; an open stream is closed."""
+    def stop(self, wait: bool = True) -> None:
+        """End the loop: an open stream is closed; with `wait`, until the thread has ended."""
         self._stop.set()
         resp = self._resp
         if resp is not None:
@@ -84,8 +84,8 @@ class CollectionWatch:
                 resp.close()
             except Exception:  # noqa: BLE001 - closing a stream another thread reads may fail either way
                 pass
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        if wait and self._thread is not None:
+            self._thread.join(timeout=self.timeout_s + 5)
 
     def _run(self) -> None:
         backoff = self.api.retry.base_s
@@ -101,7 +101,8 @@ class CollectionWatch:
                     self.resource_version = None
                     continue
                 log.warning("watch %s: HTTP %s, retrying in %.1f s", self.name, exc.status, backoff)
-            except (ApiError, *NETWORK_ERRORS, ValueError) as exc:
+            except (ApiError, *NETWORK_ERRORS, ValueError, AttributeError) as exc:
+                # AttributeError: urllib3 reading a stream `stop` closed under it.
                 if self._stop.is_set():
                     return
                 log.warning("watch %s: %s, retrying in %.1f s", self.name, exc, backoff)

@@ -1,0 +1,63 @@
+"""A fake API server per test and the real `kubernetes` client pointed at it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from kubernetes import client
+
+from cpn.adapters.kubernetes import KubernetesGateway, RetryPolicy
+from tests.kubernetes.fake_apiserver import FakeApiServer
+
+DOMAIN = "maip.mxsf.io"
+USAGE = f"{DOMAIN}/node.usage"
+PRODUCT = "nvidia.com/gpu.product"
+
+
+def gpu_labels(usage: str, product: str, gpus: int, memory_mib: int) -> dict[str, str]:
+    """Node labels as GPU Feature Discovery and the seed's scheme write them."""
+    return {
+        USAGE: usage,
+        PRODUCT: product,
+        "nvidia.com/gpu.count": str(gpus),
+        "nvidia.com/gpu.memory": str(memory_mib),
+    }
+
+
+def seed_taints(usage: str, product: str) -> list[dict[str, str]]:
+    return [
+        {"key": USAGE, "value": usage, "effect": "NoSchedule"},
+        {"key": PRODUCT, "value": product, "effect": "NoSchedule"},
+    ]
+
+
+def api_client(server: FakeApiServer) -> client.ApiClient:
+    configuration = client.Configuration(host=server.url)
+    return client.ApiClient(configuration)
+
+
+FAST = RetryPolicy(attempts=4, base_s=0.01, max_s=0.05, timeout_s=5)
+
+
+def make_gateway(server: FakeApiServer, cluster: str = "east", **kw) -> KubernetesGateway:
+    kw.setdefault("retry", FAST)
+    return KubernetesGateway(cluster, api_client(server), label_domain=DOMAIN, watch_timeout_s=2, **kw)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> object:
+    """Poll until `predicate()` is truthy; its value, or AssertionError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    srv = FakeApiServer().start()
+    yield srv
+    srv.stop()

@@ -1,0 +1,497 @@
+"""A small Kubernetes API server over HTTP, for tests of the real `kubernetes` client (no cluster here).
+
+It serves what cpn uses, as JSON: nodes; pods with their logs; batch/v1 Jobs, apps/v1 Deployments,
+Volcano Jobs, Services and ConfigMaps (create 201, 409 AlreadyExists, get, delete, list, watch).
+Lists carry a resourceVersion; watches stream chunked events after a resourceVersion and honour
+`labelSelector` (k=v,...), `timeoutSeconds` and, for pods, `fieldSelector status.phase!=...`.
+`compact()` makes older versions expire, so a watch from one gets 410 Gone, as etcd compaction does.
+`fail()` scripts error answers (429, 5xx) for matching requests.
+
+A stand-in controller and scheduler: creating a workload creates its pods (parallelism, replicas or
+each Volcano task's replicas), each bound to the first node its `matchFields metadata.name` allows that
+has the GPUs free, and running. `finish()` ends a workload's pods (succeeded, failed, OOMKilled) and
+sets the workload's status as the job controller or Volcano would.
+
+kmock (STACK.md) was not used: it ignores label selectors and sets no resourceVersion, both of which
+the watch's resume and relist depend on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+WORKLOADS = {("batch", "jobs"), ("apps", "deployments"), ("batch.volcano.sh", "jobs")}
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Fault:
+    method: str
+    path: str
+    status: int
+    times: int
+    retry_after: float | None = None
+
+
+class FakeApiServer:
+    """Start with `start()`, stop with `stop()`; `url` is its base URL."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[tuple[str, str], dict]] = {}
+        self.events: list[tuple[int, tuple[str, str], str, dict]] = []
+        self.rv = 0
+        self.compacted = 0
+        self.cond = threading.Condition()
+        self.faults: list[Fault] = []
+        self.requests: list[tuple[str, str]] = []
+        self.logs: dict[tuple[str, str], str] = {}
+        self.auto_start = True
+        self._stopped = False
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def start(self) -> FakeApiServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self.cond:
+            self._stopped = True
+            self.cond.notify_all()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def put(self, res: tuple[str, str], obj: dict, kind: str = "ADDED") -> dict:
+        """Store `obj` as a new version and record the watch event."""
+        with self.cond:
+            self.rv += 1
+            meta = obj.setdefault("metadata", {})
+            meta["resourceVersion"] = str(self.rv)
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", now_iso())
+            self.objects.setdefault(res, {})[(meta.get("namespace", ""), meta["name"])] = obj
+            self.events.append((self.rv, res, kind, json.loads(json.dumps(obj))))
+            self.cond.notify_all()
+            return obj
+
+    def remove(self, res: tuple[str, str], ns: str, name: str) -> dict | None:
+        with self.cond:
+            obj = self.objects.get(res, {}).pop((ns, name), None)
+            if obj is not None:
+                self.rv += 1
+                obj["metadata"]["resourceVersion"] = str(self.rv)
+                self.events.append((self.rv, res, "DELETED", obj))
+                self.cond.notify_all()
+            return obj
+
+    def get(self, res: tuple[str, str], ns: str, name: str) -> dict | None:
+        return self.objects.get(res, {}).get((ns, name))
+
+    def add_node(self, name: str, labels: dict[str, str], gpus: int, cpu: str = "32", **spec: Any) -> None:
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+            "spec": spec,
+            "status": {
+                "allocatable": {"cpu": cpu, "memory": "128Gi", "nvidia.com/gpu": str(gpus)},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+        self.put(("", "nodes"), node)
+
+    def compact(self, expire_open_watches: bool = True) -> None:
+        """Versions up to now expire: watches from them (and, by default, open ones) get 410 Gone."""
+        with self.cond:
+            self.compacted = self.rv
+            if expire_open_watches:
+                self.rv += 1
+                self.events.append((self.rv, ("*", "*"), "EXPIRE", {}))
+            self.cond.notify_all()
+
+    def fail(
+        self, method: str, path: str, status: int, times: int = 1, retry_after: float | None = None
+    ) -> None:
+        """The next `times` requests of `method` whose path contains `path` get `status`."""
+        self.faults.append(Fault(method, path, status, times, retry_after))
+
+    # -- the stand-in controllers -------------------------------------------------------------------
+
+    def _gpus_used(self, node: str) -> float:
+        used = 0.0
+        for pod in self.objects.get(("", "pods"), {}).values():
+            if pod["spec"].get("nodeName") == node and pod["status"].get("phase") not in (
+                "Succeeded",
+                "Failed",
+            ):
+                for c in pod["spec"].get("containers", []):
+                    used += float((c.get("resources", {}).get("limits") or {}).get("nvidia.com/gpu", 0))
+        return used
+
+    def _schedule(self, pod_spec: dict) -> str | None:
+        terms = (
+            pod_spec.get("affinity", {})
+            .get("nodeAffinity", {})
+            .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+            .get("nodeSelectorTerms", [])
+        )
+        allowed = [
+            v
+            for t in terms[:1]
+            for f in t.get("matchFields", [])
+            if f["key"] == "metadata.name"
+            for v in f["values"]
+        ]
+        nodes = self.objects.get(("", "nodes"), {})
+        want = sum(
+            float((c.get("resources", {}).get("limits") or {}).get("nvidia.com/gpu", 0))
+            for c in pod_spec.get("containers", [])
+        )
+        candidates = allowed or [n for _, n in nodes]
+        for spread in pod_spec.get("topologySpreadConstraints", []):
+            # maxSkew over hostnames, as kube-scheduler's PodTopologySpread (DoNotSchedule) keeps it.
+            selector = spread["labelSelector"]["matchLabels"]
+            count = {
+                n: sum(
+                    1
+                    for p in self.objects.get(("", "pods"), {}).values()
+                    if p["spec"].get("nodeName") == n
+                    and all(p["metadata"].get("labels", {}).get(k) == v for k, v in selector.items())
+                )
+                for n in candidates
+            }
+            least = min(count.values(), default=0)
+            candidates = [n for n in candidates if count[n] + 1 - least <= spread["maxSkew"]]
+        for name in candidates:
+            node = nodes.get(("", name))
+            if node is None:
+                continue
+            if float(node["status"]["allocatable"]["nvidia.com/gpu"]) - self._gpus_used(name) >= want:
+                return name
+        return None
+
+    def _make_pods(self, res: tuple[str, str], obj: dict) -> None:
+        spec, meta = obj["spec"], obj["metadata"]
+        if res == ("batch.volcano.sh", "jobs"):
+            groups = [
+                (f"{meta['name']}-{t['name']}", t["template"], int(t.get("replicas", 1)))
+                for t in spec["tasks"]
+            ]
+        else:
+            count = int(spec.get("parallelism", spec.get("replicas", 1)))
+            groups = [(meta["name"], spec["template"], count)]
+        for prefix, template, count in groups:
+            for i in range(count):
+                tmeta = template.get("metadata", {})
+                pod_spec = json.loads(json.dumps(template["spec"]))
+                node = self._schedule(pod_spec)
+                if node:
+                    pod_spec["nodeName"] = node
+                running = node is not None and self.auto_start
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{prefix}-{i}",
+                        "namespace": meta["namespace"],
+                        "labels": dict(tmeta.get("labels", {})),
+                        "annotations": dict(tmeta.get("annotations", {})),
+                    },
+                    "spec": pod_spec,
+                    "status": {"phase": "Running", "startTime": now_iso()}
+                    if running
+                    else {"phase": "Pending"},
+                }
+                if running:
+                    pod["status"]["containerStatuses"] = [
+                        {"name": c["name"], "state": {"running": {"startedAt": now_iso()}}}
+                        for c in pod_spec["containers"]
+                    ]
+                self.put(("", "pods"), pod)
+
+    def pods_of(self, ns: str, name: str) -> list[dict]:
+        return [
+            p
+            for (pns, pname), p in sorted(self.objects.get(("", "pods"), {}).items())
+            if pns == ns and pname.startswith(f"{name}-")
+        ]
+
+    def finish(self, ns: str, name: str, outcome: str = "succeeded", reason: str = "", log: str = "") -> None:
+        """End a batch or Volcano Job: its pods end, then its status says so (`reason` OOMKilled, Evicted...)."""
+        with self.cond:
+            for pod in self.pods_of(ns, name):
+                pod = json.loads(json.dumps(pod))
+                failed = outcome == "failed"
+                pod["status"]["phase"] = "Failed" if failed else "Succeeded"
+                if reason == "Evicted":
+                    pod["status"].update(reason="Evicted", message="The node was low on memory.")
+                term = {
+                    "exitCode": 137 if reason == "OOMKilled" else int(failed),
+                    "reason": reason if reason == "OOMKilled" else ("Error" if failed else "Completed"),
+                    "startedAt": pod["status"].get("startTime", now_iso()),
+                    "finishedAt": now_iso(),
+                }
+                pod["status"]["containerStatuses"] = [
+                    {"name": c["name"], "state": {"terminated": term}} for c in pod["spec"]["containers"]
+                ]
+                self.logs[(ns, pod["metadata"]["name"])] = log
+                self.put(("", "pods"), pod, "MODIFIED")
+            for res in (("batch", "jobs"), ("batch.volcano.sh", "jobs")):
+                obj = self.get(res, ns, name)
+                if obj is None:
+                    continue
+                obj = json.loads(json.dumps(obj))
+                if res[0] == "batch":
+                    cond = {
+                        "type": "Failed" if outcome == "failed" else "Complete",
+                        "status": "True",
+                        "lastTransitionTime": now_iso(),
+                    }
+                    if outcome == "failed":
+                        cond.update(
+                            reason="BackoffLimitExceeded",
+                            message="Job has reached the specified backoff limit",
+                        )
+                    obj["status"] = {"conditions": [cond], "completionTime": now_iso()}
+                else:
+                    obj["status"] = {
+                        "state": {
+                            "phase": "Failed" if outcome == "failed" else "Completed",
+                            "lastTransitionTime": now_iso(),
+                        }
+                    }
+                self.put(res, obj, "MODIFIED")
+
+    def finish_all(self) -> None:
+        """Every job still running ends well; Deployments are removed with their pods."""
+        for res in (("batch", "jobs"), ("batch.volcano.sh", "jobs")):
+            for (ns, name), obj in list(self.objects.get(res, {}).items()):
+                if not obj.get("status"):
+                    self.finish(ns, name)
+        for (ns, name), _ in list(self.objects.get(("apps", "deployments"), {}).items()):
+            self.remove(("apps", "deployments"), ns, name)
+            for pod in self.pods_of(ns, name):
+                self.remove(("", "pods"), ns, pod["metadata"]["name"])
+
+
+def _matches(obj: dict, labels: str | None, fields: str | None) -> bool:
+    have = obj.get("metadata", {}).get("labels") or {}
+    for part in filter(None, (labels or "").split(",")):
+        key, _, value = part.partition("=")
+        if have.get(key) != value:
+            return False
+    for part in filter(None, (fields or "").split(",")):
+        key, _, value = part.partition("!=")
+        if key == "status.phase" and obj.get("status", {}).get("phase") == value:
+            return False
+    return True
+
+
+def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _status(self, code: int, reason: str, message: str) -> None:
+            self._send(
+                code,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "code": code,
+                    "reason": reason,
+                    "message": message,
+                },
+            )
+
+        def _route(self) -> tuple[tuple[str, str], str | None, str | None, str | None, dict[str, str]]:
+            url = urlparse(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            parts = [p for p in url.path.split("/") if p]
+            if parts[0] == "api":
+                group, rest = "", parts[2:]
+            else:
+                group, rest = parts[1], parts[3:]
+            ns = None
+            if rest and rest[0] == "namespaces" and len(rest) > 2:
+                ns, rest = rest[1], rest[2:]
+            plural = rest[0]
+            name = rest[1] if len(rest) > 1 else None
+            sub = rest[2] if len(rest) > 2 else None
+            return (group, plural), ns, name, sub, query
+
+        def _fault(self) -> bool:
+            server.requests.append((self.command, self.path))
+            for fault in server.faults:
+                if fault.times > 0 and fault.method == self.command and fault.path in self.path:
+                    fault.times -= 1
+                    headers = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
+                    self._send(
+                        fault.status, {"kind": "Status", "code": fault.status, "message": "scripted"}, headers
+                    )
+                    return True
+            return False
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self._fault():
+                return
+            res, ns, name, sub, q = self._route()
+            if sub == "log":
+                text = server.logs.get((ns, name), "")
+                lines = text.splitlines()[-int(q.get("tailLines", 10**9)) :]
+                self._send(200, "\n".join(lines))
+                return
+            if name is not None:
+                obj = server.get(res, ns or "", name)
+                if obj is None:
+                    self._status(404, "NotFound", f'{res[1]} "{name}" not found')
+                else:
+                    self._send(200, obj)
+                return
+            if q.get("watch") in ("true", "1"):
+                self._watch(res, ns, q)
+                return
+            with server.cond:
+                items = [
+                    o
+                    for (ons, _), o in sorted(server.objects.get(res, {}).items())
+                    if (ns is None or ons == ns)
+                    and _matches(o, q.get("labelSelector"), q.get("fieldSelector"))
+                ]
+                rv = server.rv
+            self._send(
+                200,
+                {
+                    "kind": "List",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(rv)},
+                    "items": items,
+                },
+            )
+
+        def _watch(self, res: tuple[str, str], ns: str | None, q: dict[str, str]) -> None:
+            since = int(q.get("resourceVersion") or server.rv)
+            deadline = time.monotonic() + float(q.get("timeoutSeconds", 30))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+
+            def chunk(payload: dict | None) -> None:
+                data = b"" if payload is None else (json.dumps(payload) + "\n").encode()
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            try:
+                if since < server.compacted:
+                    chunk(
+                        {
+                            "type": "ERROR",
+                            "object": {
+                                "kind": "Status",
+                                "code": 410,
+                                "reason": "Expired",
+                                "message": f"too old resource version: {since}",
+                            },
+                        }
+                    )
+                    return
+                while True:
+                    with server.cond:
+                        batch = [e for e in server.events if e[0] > since]
+                        if not batch:
+                            left = deadline - time.monotonic()
+                            if left <= 0 or server._stopped:
+                                return
+                            server.cond.wait(min(left, 0.5))
+                            continue
+                    for rv, eres, kind, obj in batch:
+                        since = rv
+                        if kind == "EXPIRE":
+                            chunk(
+                                {
+                                    "type": "ERROR",
+                                    "object": {
+                                        "kind": "Status",
+                                        "code": 410,
+                                        "reason": "Expired",
+                                        "message": "too old resource version",
+                                    },
+                                }
+                            )
+                            return
+                        if eres != res or (ns is not None and obj["metadata"].get("namespace") != ns):
+                            continue
+                        if _matches(obj, q.get("labelSelector"), None):
+                            chunk({"type": kind, "object": obj})
+            except (BrokenPipeError, ConnectionResetError):
+                return
+            finally:
+                try:
+                    chunk(None)
+                except OSError:
+                    pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if self._fault():
+                return
+            res, ns, _, _, _ = self._route()
+            name = body["metadata"]["name"]
+            body["metadata"]["namespace"] = ns
+            with server.cond:
+                if server.get(res, ns, name) is not None:
+                    self._status(409, "AlreadyExists", f'{res[1]} "{name}" already exists')
+                    return
+                obj = server.put(res, body)
+                if res in WORKLOADS:
+                    server._make_pods(res, obj)
+            self._send(201, obj)
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length", 0))
+            self.rfile.read(length)
+            if self._fault():
+                return
+            res, ns, name, _, _ = self._route()
+            obj = server.remove(res, ns or "", name)
+            if obj is None:
+                self._status(404, "NotFound", f'{res[1]} "{name}" not found')
+                return
+            for pod in server.pods_of(ns, name) if res in WORKLOADS else []:
+                server.remove(("", "pods"), ns, pod["metadata"]["name"])
+            self._send(200, {"kind": "Status", "status": "Success"})
+
+    return Handler
