@@ -1,7 +1,8 @@
 """The ClusterGateway contract, run against every implementation.
 
-To add one (a fake Kubernetes gateway, say), write a factory that builds it over NODES and returns a
-Harness whose `settle` lets every submitted job run to its end, and append it to IMPLEMENTATIONS.
+To add one, write a factory that builds it over NODES and returns a Harness whose `settle` lets every
+submitted job run to its end, and append it to IMPLEMENTATIONS. The Kubernetes gateway runs here with the
+real `kubernetes` client against one fake API server per cluster (tests/kubernetes/fake_apiserver.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from cpn.adapters.gateway import ClusterGateway, SubmitRejected
+from cpn.adapters.kubernetes import KubernetesGateway
 from cpn.clock import SimClock
 from cpn.decisions import Placement
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
@@ -19,6 +21,8 @@ from cpn.inventory import Node
 from cpn.jobs import JobSpec
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.truth import GroundTruth
+from tests.kubernetes.conftest import gpu_labels, make_gateway
+from tests.kubernetes.fake_apiserver import FakeApiServer
 
 NODES = (
     Node("east", "gpu-0", "Tesla-V100-SXM2-16GB", 4, 16, 32, "training"),
@@ -63,12 +67,59 @@ def simulated() -> Harness:
     return Harness(gateway, settle)
 
 
-IMPLEMENTATIONS: list[Callable[[], Harness]] = [simulated]
+class _Clusters:
+    """Kubernetes gateways, one per cluster of NODES, routed by the placement's cluster name.
+
+    `poll_events` first relists (KubernetesGateway.sync), so that what the fake API server did is seen at
+    once rather than when the watch thread gets to it.
+    """
+
+    def __init__(self, gateways: dict[str, KubernetesGateway]) -> None:
+        self.gateways = gateways
+
+    def inventory(self):
+        by_key = {s.node.key: s for gw in self.gateways.values() for s in gw.inventory()}
+        return tuple(by_key[n.key] for n in NODES)
+
+    def submit(self, job: JobSpec, placement: Placement) -> None:
+        if placement.cluster not in self.gateways:
+            raise SubmitRejected(f"no cluster {placement.cluster}")
+        self.gateways[placement.cluster].submit(job, placement)
+
+    def poll_events(self):
+        events = []
+        for gw in self.gateways.values():
+            gw.sync()
+            events += gw.poll_events()
+        return events
+
+
+def kubernetes(request) -> Harness:
+    servers, gateways = {}, {}
+    for cluster in dict.fromkeys(n.cluster for n in NODES):
+        server = servers[cluster] = FakeApiServer().start()
+        request.addfinalizer(server.stop)
+        for n in (n for n in NODES if n.cluster == cluster):
+            labels = gpu_labels(n.usage, n.gpu_product, n.gpu_count, int(n.gpu_memory_gb * 1024))
+            server.add_node(n.name, labels, n.gpu_count, cpu=f"{n.cpu_cores:g}")
+        gateways[cluster] = make_gateway(server, cluster)
+
+    def settle() -> None:
+        for server in servers.values():
+            server.finish_all()
+
+    return Harness(_Clusters(gateways), settle)
+
+
+IMPLEMENTATIONS: list[Callable[..., Harness]] = [
+    simulated,
+    pytest.param(kubernetes, marks=[pytest.mark.integration, pytest.mark.kubernetes]),
+]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS, ids=lambda factory: factory.__name__)
 def harness(request) -> Harness:
-    return request.param()
+    return request.param(request) if request.param is kubernetes else request.param()
 
 
 def free_gpus(gateway: ClusterGateway) -> dict[str, int]:

@@ -149,6 +149,7 @@ class KubernetesBinder:
                     f"but the placement gives {placement.nodes}"
                 )
             holding[0].set_replicas(len(placement.nodes))
+            holding[0].replicas = len(placement.nodes)
             _set_gpus(holding[0], counts.pop())
             reshaped = True
         elif holding[0].gpus() == 0:
