@@ -235,7 +235,7 @@ class FakeApiServer:
         ]
 
     def finish(self, ns: str, name: str, outcome: str = "succeeded", reason: str = "", log: str = "") -> None:
-        """End a batch or Volcano Job: its pods end, then its status says so (`reason`: OOMKilled, Evicted)."""
+        """End a batch or Volcano Job: its pods end, then its status says so (reason OOMKilled, Evicted)."""
         with self.cond:
             for pod in self.pods_of(ns, name):
                 pod = json.loads(json.dumps(pod))
