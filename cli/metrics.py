@@ -1,7 +1,8 @@
 """`cpn metrics check`: is every cluster's Prometheus serving fresh GPU and node series?
+`cpn metrics serve-sim`: a simulated cluster's exporters, for a real Prometheus to scrape.
 
-Exit status: 0 every cluster ok; 1 some cluster degraded (a series missing or stale) or unknown
-(Prometheus unreachable, or no `prometheus_url`); 2 the config cannot be read.
+Exit status of `check`: 0 every cluster ok; 1 some cluster degraded (a series missing or stale) or
+unknown (Prometheus unreachable, or no `prometheus_url`); 2 the config cannot be read.
 """
 
 from __future__ import annotations
@@ -9,11 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from pathlib import Path
+
+import yaml
 
 from config.settings import ConfigError, load_profile
 from cpn.adapters.metrics import ClusterMetrics
 from cpn.adapters.prometheus import PrometheusMetrics
+from cpn.inventory import nodes_from_config
+from cpn.sim.exporter import SimExporter
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +38,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", required=True, metavar="DIR", help="config folder with clusters.yaml")
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON to OUT")
     p.set_defaults(func=run_check)
+
+    p = group_sub.add_parser(
+        "serve-sim",
+        help="serve a simulated cluster's dcgm-exporter and node-exporter series for a real Prometheus",
+        description=(
+            "Serve the DCGM and node-exporter series of one configured cluster's nodes (idle, as the "
+            "simulator starts them) over HTTP until interrupted, and write the Prometheus config that "
+            "scrapes them at the cluster's scrape interval."
+        ),
+    )
+    p.add_argument("--config", required=True, metavar="DIR", help="config folder with clusters.yaml")
+    p.add_argument("--cluster", required=True, help="which cluster's nodes to export")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
+    p.add_argument("--prometheus-config", metavar="OUT", help="write a prometheus.yml scraping it to OUT")
+    p.set_defaults(func=run_serve_sim)
 
 
 def report(metrics: dict[str, ClusterMetrics]) -> dict:
@@ -85,3 +107,29 @@ def run_check(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
     return 0 if data["ok"] else 1
+
+
+def run_serve_sim(args: argparse.Namespace) -> int:
+    """Serve until interrupted."""
+    try:
+        profile = load_profile(args.config)
+        cluster = profile.clusters.cluster(args.cluster)
+    except (ConfigError, KeyError) as exc:
+        print(f"cpn metrics serve-sim: {exc}", file=sys.stderr)
+        return 2
+    nodes = [n for n in nodes_from_config(profile.clusters) if n.cluster == cluster.name]
+    exporter = SimExporter(nodes)
+    address = exporter.start(args.host, args.port)
+    interval = f"{cluster.metrics.scrape_interval_s:g}s"
+    if args.prometheus_config:
+        config = {
+            "global": {"scrape_interval": interval, "scrape_timeout": interval},
+            "scrape_configs": exporter.scrape_configs(address),
+        }
+        Path(args.prometheus_config).write_text(yaml.safe_dump(config))
+    print(f"serving {len(nodes)} nodes of {cluster.name} at http://{address}/metrics", flush=True)
+    try:
+        threading.Event().wait()
+    finally:
+        exporter.stop()
+    return 0

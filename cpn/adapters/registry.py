@@ -135,9 +135,15 @@ def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
     return proc
 
 
+def _message(line: str) -> str:
+    """skopeo's log line without its time and level: `time="..." level=fatal msg="X"` -> X."""
+    _, found, msg = line.partition(' msg="')
+    return msg.removesuffix('"').replace('\\"', '"') if found else line.strip()
+
+
 def _last_line(stderr: bytes) -> str:
     lines = [line for line in stderr.decode(errors="replace").splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "no message"
+    return _message(lines[-1]) if lines else "no message"
 
 
 def inspect_raw(ref: str, insecure: bool, timeout_s: float = 60) -> tuple[bytes | None, str]:
@@ -266,8 +272,8 @@ def _stream(args: list[str], timeout_s: float, progress: Callable[[str], None] |
     finally:
         timer.cancel()
     if code < 0:
-        return code, f"killed after {timeout_s:g} s" if code == -9 else last
-    return code, last
+        return code, f"killed after {timeout_s:g} s" if code == -9 else _message(last)
+    return code, _message(last)
 
 
 class SkopeoMigrator:
