@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from cli.intake import add_security_arguments, security_from_args
 from config.runtime import runtime_settings
 from config.settings import DEMO_DIR, ConfigError, load_profile
 from cpn.bootstrap import Service, build_service
@@ -32,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "interval_s (loop.yaml) or as soon as a job arrives or a cluster event falls due. Clusters "
             "without a kube_context are simulated; --time-scale runs their time faster than the wall clock. "
             "Stop with Ctrl-C or SIGTERM: the round in progress finishes first. Starting again on the same "
-            "store resumes: queued jobs stay queued, running ones are reconciled, nothing is submitted twice."
+            "store resumes: queued jobs stay queued, running ones are reconciled, nothing is submitted "
+            "twice. The API needs bearer tokens as `cpn serve` does (docs/security.md), or --no-auth on "
+            "loopback."
         ),
     )
     p.add_argument("--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo)")
@@ -59,6 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=str(GAVEL_ISOLATED),
         help="simulated clusters' ground truth, and the predictor's table (default: Gavel's)",
     )
+    add_security_arguments(p)
     p.set_defaults(func=run_service)
 
 
@@ -103,6 +107,7 @@ def run_service(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        security = security_from_args(args)
         service = build(args)
         interval = args.interval or load_profile(args.config).loop.interval_s
         loop = LiveLoop(service.scheduler, interval, simulation=service.driver, on_round=_on_round)
@@ -112,7 +117,12 @@ def run_service(args: argparse.Namespace) -> int:
     with service.store:
         service.start()
         server = uvicorn.Server(
-            uvicorn.Config(create_app(service.store), host=args.host, port=args.port, log_level="warning")
+            uvicorn.Config(
+                create_app(service.store, security=security),
+                host=args.host,
+                port=args.port,
+                log_level="warning",
+            )
         )
         http = threading.Thread(target=server.run, name="http", daemon=True)
         http.start()

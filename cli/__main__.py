@@ -1,0 +1,7 @@
+"""`python -m cli`: the `cpn` command."""
+
+import sys
+
+from cli import main
+
+sys.exit(main())

@@ -1,0 +1,95 @@
+"""`cpn run` as a user runs it: 50 manifests POSTed to a live service on the demo's simulated clusters at
+600x, the process killed with SIGKILL mid-run and started again on the same store; every accepted job is
+present exactly once and reaches a terminal state, and SIGTERM stops the service cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+TERMINAL = {"succeeded", "failed", "schedule-failed"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(home: Path, port: int, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "CPN_HOME": str(home)}
+    cmd = [sys.executable, "-m", "cli", "run", "--port", str(port), "--time-scale", "600", "--no-auth"]
+    proc = subprocess.Popen(cmd, env=env, stdout=log.open("a"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.3)
+    proc.kill()
+    raise AssertionError(f"cpn run did not answer /healthz in 90 s:\n{log.read_text()}")
+
+
+def states(port: int) -> dict[str, str]:
+    out, cursor = {}, None
+    while True:
+        params = {"limit": 100, **({"cursor": cursor} if cursor else {})}
+        page = httpx.get(f"http://127.0.0.1:{port}/jobs", params=params, timeout=10).json()
+        out.update({j["job_id"]: j["state"] for j in page["jobs"]})
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return out
+
+
+def test_cpn_run_takes_50_jobs_survives_kill_9_and_finishes_them_all(tmp_path):
+    home, port, log = tmp_path / "home", free_port(), tmp_path / "run.log"
+    manifests = tmp_path / "queue.yaml"
+    subprocess.run(
+        [sys.executable, "-m", "cli", "generate", "--jobs", "50", "--seed", "3", "--out", str(manifests)],
+        check=True,
+    )
+    started = time.monotonic()
+    proc = start(home, port, log)
+    reply = httpx.post(
+        f"http://127.0.0.1:{port}/jobs",
+        content=manifests.read_bytes(),
+        headers={"content-type": "application/yaml"},
+        timeout=30,
+    )
+    assert reply.status_code == 201, reply.text
+    accepted = {j["job_id"] for j in reply.json()["jobs"]}
+    assert len(accepted) == 50
+    while not any(s == "running" for s in states(port).values()):
+        time.sleep(0.2)
+    time.sleep(2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc = start(home, port, log)
+    try:
+        deadline = started + 180
+        while time.monotonic() < deadline:
+            seen = states(port)
+            if set(seen.values()) <= TERMINAL:
+                break
+            time.sleep(1)
+        assert set(seen) == accepted, "every accepted job is present"
+        assert set(seen.values()) <= TERMINAL, f"not done within 3 minutes: {seen}"
+        assert list(seen.values()).count("succeeded") >= 45, seen
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()
+    assert "stopped after" in log.read_text()
+    print(f"50 jobs done in {time.monotonic() - started:.0f} s of wall time, one kill -9 included")
