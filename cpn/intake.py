@@ -21,13 +21,21 @@ What cpn needs to know about a job comes from bare-key annotations on the object
 The full list, with what each one means, is in the field descriptions of `Annotations`.
 Kubernetes annotation values are strings, so `"20"` and `20` are accepted alike.
 
-Resources are read per pod, because cpn places a job on the cards of one node:
-the GPU count is the sum of `resources.limits["nvidia.com/gpu"]` over the pod's
-containers, CPU the sum of their `requests.cpu` (else `limits.cpu`). Replicas are not
-multiplied in. A Volcano job with several tasks counts its largest pod template. A
-`gpu_count` annotation may stand in for the GPU limit (production pods often leave
-the limit out); when both are given they must agree. With neither, the job needs
-one GPU; with no CPU declared, one core.
+Jobs are counted whole. A pod's GPUs are the sum of `resources.limits["nvidia.com/gpu"]`
+over its containers, its CPU the sum of their `requests.cpu` (else `limits.cpu`); every
+GPU-holding pod counts, replicas multiplied out (a Volcano task's `replicas`, a Job's
+`parallelism`, a Deployment's `replicas`), and together they form one gang (`JobSpec.pod_gpus`):
+Volcano's TensorFlow example, a ps task and 3 one-GPU workers, needs 3 GPUs. Pods without
+GPUs (the ps task) are not placed by cpn. A `gpu_count` annotation may stand in for the GPU
+limit of each pod (production pods often leave the limit out); when both are given they must
+agree. With neither, each pod of the first template needs one GPU; with no CPU declared, one core.
+
+What the manifest already says about where the job may run narrows cpn's choice: a
+`nodeSelector` or required node affinity on `nvidia.com/gpu.product`, `<domain>/node.usage` or
+`nvidia.com/gpu.memory`, and the pod's tolerations of the `nvidia.com/gpu.product` taint (the
+seed's way to name a card), become `gpu_products`, `node_pools` and `gpu_memory_min_gb`
+(cpn.rules.constraint_problem). A Service that selects a Deployment's pods is kept in the
+Deployment's manifest and submitted with it.
 
 `JobSpec.manifest` keeps each job's document, re-serialised as YAML: the same
 content, without the comments and layout of the file it came in.
@@ -41,13 +49,15 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from cpn.inventory import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from cpn.jobs import JobKind, JobSpec
+from cpn.rules import USAGE_TAINT_SUFFIX
 from cpn.safe_yaml import DEFAULT_LIMITS, Budget, LimitExceeded, Limits, clip, load_one
 
 SUPPORTED_KINDS: dict[tuple[str, str], JobKind] = {
@@ -75,6 +85,10 @@ SKIPPED_KINDS = frozenset(
     }
 )
 """Kinds that travel beside a job in one file and are skipped; any other kind is an error."""
+
+_PRODUCT_KEY = GPU_PRODUCT_LABEL
+_MEMORY_KEY = GPU_MEMORY_LABEL
+_USAGE_SUFFIX = USAGE_TAINT_SUFFIX
 
 MAX_GPUS = 1024
 """Most GPUs one pod may ask for (the largest nodes hold 8 to 16; this leaves room, not 10^24)."""
@@ -209,6 +223,7 @@ def parse_manifests(text: str, source: str = "<stdin>", limits: Limits = DEFAULT
     specs: list[JobSpec] = []
     first_doc_of: dict[str, int] = {}
     skipped: list[str] = []
+    services: list[dict] = []
     for number, (first_line, chunk) in enumerate(pieces, start=1):
         if len(problems) >= MAX_PROBLEMS:
             break
@@ -234,6 +249,8 @@ def parse_manifests(text: str, source: str = "<stdin>", limits: Limits = DEFAULT
         if spec is None:
             if not collector.problems:
                 skipped.append(str(doc.get("kind")))
+                if doc.get("kind") == "Service" and doc.get("apiVersion") == "v1":
+                    services.append(doc)
             continue
         first_doc_of[spec.job_id] = number
         specs.append(spec)
@@ -245,7 +262,33 @@ def parse_manifests(text: str, source: str = "<stdin>", limits: Limits = DEFAULT
         problems = problems[:MAX_PROBLEMS] + [Problem(0, None, "", f"{more} more problem(s) not listed")]
     if problems:
         raise IntakeError(source, problems)
-    return specs
+    return _with_services(specs, services)
+
+
+def _with_services(specs: list[JobSpec], services: list[dict]) -> list[JobSpec]:
+    """Each Deployment's manifest followed by the Services of the stream that select its pods, so that
+    they are submitted with it to the cluster it is placed on."""
+    if not services:
+        return specs
+    out = []
+    for spec in specs:
+        doc = yaml.safe_load(spec.manifest) if spec.kind == "inference" else None
+        template = ((doc or {}).get("spec") or {}).get("template") or {}
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        namespace = spec.job_id.split("/")[0]
+        mine = [
+            svc
+            for svc in services
+            if isinstance(selector := (svc.get("spec") or {}).get("selector"), dict)
+            and selector
+            and selector.items() <= labels.items()
+            and (svc.get("metadata") or {}).get("namespace", "default") == namespace
+        ]
+        if mine:
+            extra = "".join("---\n" + yaml.dump(svc, Dumper=_SafeDumper, sort_keys=False) for svc in mine)
+            spec = replace(spec, manifest=spec.manifest + extra)
+        out.append(spec)
+    return out
 
 
 def _split_documents(text: str) -> list[tuple[int, str]]:
@@ -325,10 +368,12 @@ def _parse_object(doc: Any, col: _Collector) -> JobSpec | None:
     job_id = _job_id(meta, col) if meta is not None else None
     annotations = _annotations(meta, col) if meta is not None else None
     pods = _pod_templates(doc, api, col)
-    pod_gpus = [g for g in (_pod_gpus(containers, col) for containers in pods) if g is not None]
-    pod_cpus = [_pod_cpu(containers, col) for containers in pods]
-    image = _image(pods[0], col) if pods else None
+    gpus_of = [_pod_gpus(p.containers, col) for p in pods]
+    pod_gpus = [g for g in gpus_of if g is not None]
+    pod_cpus = [_pod_cpu(p.containers, col) for p in pods]
+    image = _image(pods[0].containers, col) if pods else None
     limit_gpus = max(pod_gpus) if pod_gpus else None
+    gang = _gang(pods, gpus_of, pod_cpus, annotations.gpu_count if annotations else None, col)
     if annotations is not None and None not in (annotations.gpu_count, limit_gpus):
         if annotations.gpu_count != limit_gpus:
             col.add(
@@ -344,17 +389,21 @@ def _parse_object(doc: Any, col: _Collector) -> JobSpec | None:
         model=a.model_name,
         kind=job_kind,
         batch_size=a.batch_size,
-        num_gpus=a.gpu_count or limit_gpus or 1,
+        num_gpus=gang.num_gpus,
         epochs=a.epoch,
         data_size_gb=a.data_size,
         total_steps=a.total_steps,
         gpu_mem_gb=a.gpu_mem,
-        cpu=max(pod_cpus, default=1.0),
+        cpu=gang.cpu,
         image=image,
         image_size_gb=a.image_size or 0.0,
         priority=a.priority,
         source_cluster=a.source_cluster,
         gpu_share=a.gpu_share,
+        gpu_products=gang.gpu_products,
+        node_pools=gang.node_pools,
+        gpu_memory_min_gb=gang.gpu_memory_min_gb,
+        pod_gpus=gang.pod_gpus,
         manifest=yaml.dump(doc, Dumper=_SafeDumper, sort_keys=False, allow_unicode=True),
     )
 
@@ -449,8 +498,19 @@ def _missing_annotation(key: str, raw: dict) -> str:
     return f"{reason} (found {close[0]!r}: a typo?)" if close else reason
 
 
-def _pod_templates(doc: dict, api: str, col: _Collector) -> list[list[tuple[str, dict]]]:
-    """The containers, as (field path, container), of each pod template of the job."""
+@dataclass(frozen=True)
+class _Pod:
+    """One pod template of a job: where it is, how many pods it makes, its spec and its containers."""
+
+    field: str
+    replicas: int
+    spec: dict
+    containers: list[tuple[str, dict]]
+
+
+def _pod_templates(doc: dict, api: str, col: _Collector) -> list[_Pod]:
+    """Each pod template of the job with its pod count (Volcano task `replicas`, Job `parallelism`,
+    Deployment `replicas`; 1 when unset) and its containers as (field path, container)."""
     spec = _mapping(doc.get("spec"), "spec", col, required=True)
     if spec is None:
         return []
@@ -460,13 +520,20 @@ def _pod_templates(doc: dict, api: str, col: _Collector) -> list[list[tuple[str,
             col.add("spec.tasks", "a Volcano job needs a non-empty list of tasks")
             return []
         templates = [
-            (f"spec.tasks[{i}].template", task.get("template") if isinstance(task, dict) else task)
+            (
+                f"spec.tasks[{i}].template",
+                task.get("template") if isinstance(task, dict) else task,
+                _replicas(task, "replicas", f"spec.tasks[{i}].replicas", col)
+                if isinstance(task, dict)
+                else 1,
+            )
             for i, task in enumerate(tasks)
         ]
     else:
-        templates = [("spec.template", spec.get("template"))]
+        key = "parallelism" if doc.get("kind") == "Job" else "replicas"
+        templates = [("spec.template", spec.get("template"), _replicas(spec, key, f"spec.{key}", col))]
     pods = []
-    for field, template in templates:
+    for field, template, replicas in templates:
         template = _mapping(template, field, col, required=True)
         pod_spec = _mapping(template.get("spec"), f"{field}.spec", col, required=True) if template else None
         if pod_spec is None:
@@ -480,8 +547,154 @@ def _pod_templates(doc: dict, api: str, col: _Collector) -> list[list[tuple[str,
             (f"{cfield}[{i}]", _mapping(c, f"{cfield}[{i}]", col, required=True))
             for i, c in enumerate(containers)
         ]
-        pods.append([(f, c) for f, c in checked if c is not None])
+        pods.append(_Pod(field, replicas, pod_spec, [(f, c) for f, c in checked if c is not None]))
     return pods
+
+
+def _replicas(spec: dict, key: str, field: str, col: _Collector) -> int:
+    """A pod count (`replicas`, `parallelism`): a whole number from 0 to MAX_GPUS, 1 when unset."""
+    value = spec.get(key, 1)
+    if type(value) is not int or not 0 <= value <= MAX_GPUS:
+        col.add(field, f"{_quote(value)} is not a whole number of pods from 0 to {MAX_GPUS}")
+        return 1
+    return value
+
+
+@dataclass(frozen=True)
+class _Gang:
+    """What a job holds in all: its GPU-holding pods, their cards and CPU, and where they may run."""
+
+    num_gpus: int
+    cpu: float
+    pod_gpus: tuple[int, ...]
+    gpu_products: tuple[str, ...]
+    node_pools: tuple[str, ...]
+    gpu_memory_min_gb: float | None
+
+
+def _gang(
+    pods: list[_Pod], gpus: list[int | None], cpus: list[float], per_pod: int | None, col: _Collector
+) -> _Gang:
+    """Count the job whole: every GPU-holding pod (replicas multiplied out), as one gang.
+
+    The GPU-holding templates are those with a GPU limit; when none has one, the first template's pods
+    hold `per_pod` cards (the `gpu_count` annotation) or one. Pods without cards (a Volcano `ps` task)
+    are not placed by cpn and do not count. The CPU is the holding pods' sum; the constraints are those
+    all holding templates agree on (`_constraints`).
+    """
+    holding = [(p, g, c) for p, g, c in zip(pods, gpus, cpus, strict=True) if g is not None]
+    if not holding and pods:
+        holding = [(pods[0], per_pod or 1, cpus[0])]
+    sizes = tuple(g for p, g, _ in holding for _ in range(p.replicas))
+    if holding and not sizes:
+        col.add(f"{holding[0][0].field}", "no pod holds a GPU: every GPU-holding template has 0 replicas")
+    if sum(sizes) > MAX_GPUS:
+        col.add("spec", f"its pods hold {sum(sizes):,} GPUs in all; at most {MAX_GPUS} per job")
+    products: set[str] | None = None
+    pools: set[str] | None = None
+    memory: float | None = None
+    for pod, _, _ in holding:
+        p, u, m = _constraints(pod.spec)
+        products = p if products is None else (products if p is None else products & p)
+        pools = u if pools is None else (pools if u is None else pools & u)
+        memory = m if memory is None else (memory if m is None else max(memory, m))
+    return _Gang(
+        num_gpus=sum(sizes),
+        cpu=sum(c * p.replicas for p, _, c in holding) or 1.0,
+        pod_gpus=sizes if len(sizes) > 1 else (),
+        gpu_products=tuple(sorted(products or ())),
+        node_pools=tuple(sorted(pools or ())),
+        gpu_memory_min_gb=memory,
+    )
+
+
+def _constraints(pod_spec: dict) -> tuple[set[str] | None, set[str] | None, float | None]:
+    """(GPU products, pools, least card memory in GB) a pod requires; None = no constraint.
+
+    Read from `nodeSelector` and the required node affinity (terms are alternatives; a term that does
+    not name a product allows any) on `nvidia.com/gpu.product`, `<domain>/node.usage` and
+    `nvidia.com/gpu.memory` (MiB: `Gt` or `In`), and from the pod's tolerations of the
+    `nvidia.com/gpu.product` taint, which in the seed's scheme is how a job names its card. Shapes
+    that are not these are left to schema validation at submission.
+    """
+    products: set[str] | None = None
+    pools: set[str] | None = None
+    memory: float | None = None
+    selector = pod_spec.get("nodeSelector")
+    if isinstance(selector, dict):
+        for key, value in selector.items():
+            if key == _PRODUCT_KEY:
+                products = {str(value)}
+            elif isinstance(key, str) and key.endswith(_USAGE_SUFFIX):
+                pools = {str(value)}
+            elif key == _MEMORY_KEY:
+                memory = _mib_gb(value)
+    affinity = pod_spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = (
+        node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(node_affinity, dict)
+        else None
+    )
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    if isinstance(terms, list) and terms:
+        per_term = [_term(t) for t in terms if isinstance(t, dict)]
+        if per_term:
+            any_p = (
+                None if any(p is None for p, _, _ in per_term) else set().union(*(p for p, _, _ in per_term))
+            )
+            any_u = (
+                None if any(u is None for _, u, _ in per_term) else set().union(*(u for _, u, _ in per_term))
+            )
+            any_m = None if any(m is None for _, _, m in per_term) else min(m for _, _, m in per_term)
+            products = any_p if products is None else (products if any_p is None else products & any_p)
+            pools = any_u if pools is None else (pools if any_u is None else pools & any_u)
+            memory = any_m if memory is None else (memory if any_m is None else max(memory, any_m))
+    tolerated = _tolerated_products(pod_spec.get("tolerations"))
+    if tolerated is not None:
+        products = tolerated if products is None else products & tolerated
+    return products, pools, memory
+
+
+def _term(term: dict) -> tuple[set[str] | None, set[str] | None, float | None]:
+    products: set[str] | None = None
+    pools: set[str] | None = None
+    memory: float | None = None
+    for expr in term.get("matchExpressions") or []:
+        if not isinstance(expr, dict) or not isinstance(expr.get("values", []), list):
+            continue
+        key, op, values = expr.get("key"), expr.get("operator"), [str(v) for v in expr.get("values") or []]
+        if key == _PRODUCT_KEY and op == "In":
+            products = set(values) if products is None else products & set(values)
+        elif isinstance(key, str) and key.endswith(_USAGE_SUFFIX) and op == "In":
+            pools = set(values) if pools is None else pools & set(values)
+        elif key == _MEMORY_KEY and values:
+            sizes = [_mib_gb(v) for v in values]
+            if None not in sizes:
+                least = min(sizes) if op == "In" else max(sizes) + 1 / 1024 if op == "Gt" else None
+                memory = least if memory is None or least is None else max(memory, least)
+    return products, pools, memory
+
+
+def _tolerated_products(tolerations: Any) -> set[str] | None:
+    """The GPU products a pod's tolerations admit; None when they do not narrow it (none, or `Exists`)."""
+    if not isinstance(tolerations, list):
+        return None
+    named: set[str] = set()
+    for t in tolerations:
+        if not isinstance(t, dict):
+            continue
+        if t.get("operator") == "Exists" and t.get("key") in (None, "", _PRODUCT_KEY):
+            return None
+        if t.get("key") == _PRODUCT_KEY and t.get("value") is not None:
+            named.add(str(t["value"]))
+    return named or None
+
+
+def _mib_gb(value: Any) -> float | None:
+    """A `nvidia.com/gpu.memory` label value (MiB) in GB; None when it is not a whole number."""
+    text = str(value).strip()
+    return int(text) / 1024 if _WHOLE_NUMBER.fullmatch(text) else None
 
 
 def _resources(container: dict, field: str, col: _Collector, which: str) -> dict:

@@ -63,13 +63,14 @@ def test_volcano_job_example_takes_gpus_from_the_annotation():
     assert (spec.num_gpus, spec.gpu_mem_gb, spec.priority, spec.cpu) == (4, 14.0, 10, 8.0)
 
 
-def test_deployment_is_inference_and_its_service_is_skipped():
+def test_deployment_is_inference_and_its_service_goes_with_it():
     (spec,) = parse_manifests((EXAMPLES / "inference-deployment.yaml").read_text())
     assert spec.job_id == "default/inference-service"
     assert spec.kind == "inference"
-    assert spec.cpu == 0.5  # requests.cpu "500m" wins over limits.cpu "1"
+    assert (spec.num_gpus, spec.pod_gpus) == (2, (1, 1))  # two replicas, one card each
+    assert spec.cpu == 1.0  # requests.cpu "500m" (wins over limits.cpu "1") per replica
     assert spec.gpu_share == 0.5
-    assert yaml.safe_load(spec.manifest)["kind"] == "Deployment"
+    assert [d["kind"] for d in yaml.safe_load_all(spec.manifest)] == ["Deployment", "Service"]
 
 
 def test_multi_document_file_keeps_document_order():
@@ -125,7 +126,7 @@ def test_gpu_limits_are_summed_over_the_pods_containers():
     assert (spec.num_gpus, spec.cpu, spec.image) == (3, 1.25, "registry.example.com/train:1")
 
 
-def test_volcano_job_counts_its_largest_pod():
+def test_volcano_job_counts_all_its_tasks_as_one_gang():
     doc = yaml.safe_load((EXAMPLES / "volcano-job.yaml").read_text())
     del doc["metadata"]["annotations"]["gpu_count"]
     task = doc["spec"]["tasks"][0]
@@ -135,7 +136,7 @@ def test_volcano_job_counts_its_largest_pod():
     big["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 3
     doc["spec"]["tasks"].append(big)
     (spec,) = parse_manifests(dump(doc))
-    assert spec.num_gpus == 3
+    assert (spec.num_gpus, spec.pod_gpus) == (4, (1, 3))
 
 
 @pytest.mark.parametrize(
