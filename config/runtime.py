@@ -1,9 +1,11 @@
 """Where a running cpn keeps its state: one home folder, read from the environment in one place.
 
-`CPN_HOME` (default `~/.cpn`) holds the job store (`jobs.db`) and the MLflow store (`mlflow.db`, model
-artifacts in `mlruns/` beside it). `CPN_STORE` and `CPN_TRACKING_URI` override one of them. Every path
-is made absolute when the settings are read, so a command run from another directory, a Prefect worker
-whose flow runs change directory, and the MLflow server all see the same files.
+`CPN_HOME` (default `~/.cpn`) holds the job store (`jobs.db`), the MLflow store (`mlflow.db`, model
+artifacts in `mlruns/` beside it), ingested benchmark scores (`benchmarks.yaml`, from the logs in
+`benchmark-logs/`) and the logs of `cpn up`'s services (`logs/`). `CPN_STORE` and `CPN_TRACKING_URI`
+override one of them. Every path is made absolute when the settings are read, so a command run from
+another directory, a Prefect worker whose flow runs change directory, and the MLflow server all see the
+same files.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ class RuntimeSettings(BaseSettings):
         description="MLflow tracking URI (CPN_TRACKING_URI); default: mlflow.db in the home folder.",
     )
 
+    mlflow_ui: str | None = Field(
+        None, description="Base URL of the MLflow UI on this store (CPN_MLFLOW_UI; `cpn up` sets it)."
+    )
+
     @field_validator("home", "store", mode="after")
     @classmethod
     def _absolute(cls, path: Path | None) -> Path | None:
@@ -47,6 +53,16 @@ class RuntimeSettings(BaseSettings):
     def store_path(self) -> Path:
         """The job store file, absolute."""
         return self.store or self.home / "jobs.db"
+
+    @property
+    def benchmarks_path(self) -> Path:
+        """Benchmark scores ingested from this home's benchmark jobs (`ingest-benchmarks` writes it)."""
+        return self.home / "benchmarks.yaml"
+
+    @property
+    def benchmark_logs(self) -> Path:
+        """Folder the benchmark jobs' logs are collected in, for `ingest-benchmarks`."""
+        return self.home / "benchmark-logs"
 
     @property
     def mlflow_uri(self) -> str:

@@ -7,10 +7,10 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 
 from config.settings import DEMO_DIR
+from config.tracking import DEFAULT_TRACKING_URI
 from cpn.bench.report import format_summary
 from cpn.bootstrap import build_simulation
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
-from models.registry import DEFAULT_TRACKING_URI
 from tasks.config import load_settings
 from tasks.intake import accept_manifests, generate_manifests
 from tasks.predictor import estimate_source

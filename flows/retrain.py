@@ -1,45 +1,64 @@
 """Retraining: the measured table plus every completed job, tracked and registered in MLflow.
 
-The deployment runs the flow often (prefect.yaml); each run retrains only when it is due: after
-`every_completions` jobs completed since the last training, or `every_s` seconds after it.
+The deployment runs the flow nightly and whenever enough jobs completed (a trigger on the
+`cpn.job.completed` events each scheduling round emits, prefect.yaml); each run retrains only when it is
+due (after `every_completions` jobs completed since the last training, or `every_s` seconds after it)
+or when forced. Each retraining publishes a table artifact linking its MLflow runs, with whether the
+champion changed and by how much the held-out error moved.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from prefect import flow, get_run_logger
 
 from config.benchmarks import BENCHMARKS_YAML
+from config.runtime import runtime_settings
 from config.settings import DEMO_DIR
 from cpn.formats.throughput import GAVEL_ISOLATED
 from cpn.inventory import nodes_from_config
-from models.registry import DEFAULT_TRACKING_URI
-from models.retrain import RetrainSchedule
 from tasks.config import load_settings
 from tasks.predictor import collect_completions, last_predictor_training, retrain_predictor
+from tasks.report import publish_retraining
 
 
 @flow(name="cpn-retrain", log_prints=True)
 def retrain(
-    store: str = ".cpn/jobs.db",
+    store: str | None = None,
     config_dir: str = str(DEMO_DIR),
     throughputs: str = str(GAVEL_ISOLATED),
-    benchmarks: str = str(BENCHMARKS_YAML),
-    tracking_uri: str = DEFAULT_TRACKING_URI,
+    benchmarks: str | None = None,
+    tracking_uri: str | None = None,
     every_completions: int = 50,
     every_s: float = 86_400.0,
     force: bool = False,
 ) -> list[dict]:
     """Retrain the runtime predictor when due (or `force`); the `champion` alias moves only if the new
-    model is better. Returns one entry per estimator trained (none when not due)."""
+    model is better. Returns one entry per estimator trained (none when not due).
+
+    `store`, `benchmarks` and `tracking_uri` default to this cpn home's ($CPN_HOME): its job store, its
+    ingested benchmarks (else the shipped ones) and its MLflow store. A home with no job store yet
+    (a fresh checkout) has no completions: the first run trains on the table alone.
+    """
+    from models.retrain import RetrainSchedule
+
     logger = get_run_logger()
+    settings = runtime_settings()
+    store_path = Path(store) if store else settings.store_path
+    uri = tracking_uri or settings.mlflow_uri
+    if benchmarks is None:
+        benchmarks = str(settings.benchmarks_path if settings.benchmarks_path.exists() else BENCHMARKS_YAML)
     schedule = RetrainSchedule(every_completions, every_s)
     profile = load_settings(config_dir)
-    runs = collect_completions(store, nodes_from_config(profile.clusters))
-    due, why = schedule.decide(
-        last_predictor_training(tracking_uri), [r.finished_at for r in runs], time.time()
-    )
+    if store_path.exists():
+        runs = collect_completions(str(store_path), nodes_from_config(profile.clusters))
+    else:
+        logger.info("no job store at %s yet: no completed jobs to learn from", store_path)
+        runs = []
+    last = last_predictor_training(uri)
+    due, why = schedule.decide(last, [r.finished_at for r in runs], time.time())
     if not (due or force):
         logger.info("not retraining: %s", why)
         return []
@@ -48,7 +67,8 @@ def retrain(
         "forced" if force else why,
         len(runs),
     )
-    results = retrain_predictor(runs, throughputs, benchmarks, tracking_uri)
+    results = retrain_predictor(runs, throughputs, benchmarks, uri)
+    publish_retraining(results, uri)
     for r in results:
         print(f"{r.estimator}: version {r.version}: {r.reason}")
     return [

@@ -1,8 +1,17 @@
-"""Predictor tasks: collect completion feedback, retrain, register."""
+"""Predictor tasks: collect completion feedback, retrain, register.
+
+scikit-learn, XGBoost and MLflow are imported inside the tasks that use them, so that importing a flow
+(what a Prefect worker does before every run) stays fast.
+"""
 
 from __future__ import annotations
 
-from prefect import task
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from cpn.engine.estimates import OracleEstimates
@@ -11,38 +20,70 @@ from cpn.engine.scheduler import EstimateSource
 from cpn.formats.throughput import ThroughputTable
 from cpn.inventory import Node
 from cpn.store import JobStore
-from models.benchmarks import BenchmarkCatalog
-from models.features import training_rows
-from models.predictor import fit_predictor
-from models.registry import LastTraining, RunResult, champion_loader, last_training
-from models.retrain import observations_from_runs, retrain
+
+if TYPE_CHECKING:
+    from models.registry import LastTraining, RunResult
+
+MODEL_LOGGERS = ("models",)
+"""Loggers of the predictor (training progress, registry decisions) shown in the Prefect UI."""
 
 
-@task(cache_policy=NO_CACHE)
+@contextmanager
+def predictor_logs_in_prefect() -> Iterator[None]:
+    """Within the block, what the predictor logs (`models.*` loggers, INFO and up) goes to the task
+    run's logger too, so the Prefect UI shows training progress and the champion decisions."""
+    run_logger = get_run_logger()
+
+    class _ToRun(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            run_logger.log(record.levelno, "%s", record.getMessage())
+
+    handler = _ToRun(level=logging.INFO)
+    loggers = [logging.getLogger(name) for name in MODEL_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        if lg.getEffectiveLevel() > logging.INFO:
+            lg.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[2, 10])
 def collect_completions(store_path: str, nodes: tuple[Node, ...]) -> list[CompletedRun]:
     """Every succeeded job's measured run time from the job store."""
     with JobStore(store_path) as store:
         return completed_runs(store, nodes)
 
 
-@task(cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[2, 10])
 def last_predictor_training(tracking_uri: str) -> LastTraining | None:
     """The newest training run in the MLflow store (None if none yet)."""
+    from models.registry import last_training
+
     return last_training(tracking_uri)
 
 
-@task(cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE, timeout_seconds=3600)
 def retrain_predictor(
     runs: list[CompletedRun], throughputs: str, benchmarks: str, tracking_uri: str
 ) -> list[RunResult]:
     """Train RF and XGBoost on the table plus completions; the champion rule decides what serves."""
-    return retrain(
-        observations_from_runs(runs),
-        ThroughputTable.load(throughputs),
-        BenchmarkCatalog.load(benchmarks),
-        tracking_uri=tracking_uri,
-        completions_until=max((r.finished_at for r in runs), default=None),
-    )
+    from models.benchmarks import BenchmarkCatalog
+    from models.retrain import observations_from_runs, retrain
+
+    with predictor_logs_in_prefect():
+        return retrain(
+            observations_from_runs(runs),
+            ThroughputTable.load(throughputs),
+            BenchmarkCatalog.load(benchmarks),
+            tracking_uri=tracking_uri,
+            completions_until=max((r.finished_at for r in runs), default=None),
+        )
 
 
 @task(cache_policy=NO_CACHE)
@@ -53,8 +94,14 @@ def estimate_source(kind: str, table: ThroughputTable, tracking_uri: str) -> Est
     if kind == "oracle":
         return OracleEstimates(table)
     if kind == "predictor":
+        from models.benchmarks import BenchmarkCatalog
+        from models.features import training_rows
+        from models.predictor import fit_predictor
+
         return fit_predictor(training_rows(table), BenchmarkCatalog.load())
     if kind == "champion":
+        from models.registry import champion_loader
+
         loader = champion_loader(tracking_uri)
         loader.load()
         return loader

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prefect import task
+from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from config.runtime import runtime_settings
 from cpn.bench.report import write_run_report
 from cpn.bootstrap import Service
+
+if TYPE_CHECKING:
+    from models.registry import RunResult
 
 
 @task(cache_policy=NO_CACHE)
@@ -20,3 +27,30 @@ def write_report(sim: Service, out_dir: str, title: str) -> dict:
         title=title,
         transfer_s_total=sim.migrator.total_s,
     )
+
+
+@task(cache_policy=NO_CACHE)
+def publish_retraining(results: list[RunResult], tracking_uri: str) -> str:
+    """A markdown artifact (key `retraining`): each estimator's MLflow run (linked when the MLflow UI's
+    address is known, $CPN_MLFLOW_UI), its held-out error, and whether it took the champion alias and
+    why (by how much the error moved); returns the artifact id."""
+    from mlflow.tracking import MlflowClient
+
+    ui = runtime_settings().mlflow_ui
+    client = MlflowClient(tracking_uri)
+    lines = [
+        "| estimator | version | held-out MAPE | champion | why | MLflow run |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        run = r.run_id
+        if ui:
+            experiment = client.get_run(r.run_id).info.experiment_id
+            run = f"[{r.run_id[:8]}]({ui.rstrip('/')}/#/experiments/{experiment}/runs/{r.run_id})"
+        champion = "yes (alias moved)" if r.champion else "no"
+        lines.append(
+            f"| {r.estimator} | {r.version} | {r.holdout_mape:.1%} | {champion} | {r.reason} | {run} |"
+        )
+    changed = any(r.champion for r in results)
+    head = f"Retraining on {tracking_uri}: the champion {'changed' if changed else 'stayed'}.\n\n"
+    return str(create_markdown_artifact(key="retraining", markdown=head + "\n".join(lines)))
