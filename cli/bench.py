@@ -61,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", help="write the figures as JSON here")
     p.add_argument("--plots", help="write JCT CDF, utilisation and per-cluster Gantt PNGs to this folder")
     p.set_defaults(func=run_policies)
+    from cli.bench_intake import register_bench as register_intake_bench
+
+    register_intake_bench(bench_sub)
     try:
         from cli.predictor import register_bench
     except ModuleNotFoundError:

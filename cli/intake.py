@@ -89,6 +89,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
+    p.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="log every request (default: on; refused authentications are logged either way)",
+    )
     add_security_arguments(p)
     p.set_defaults(func=run_serve)
 
@@ -300,7 +306,9 @@ def run_serve(args: argparse.Namespace) -> int:
     with store:
         who = "without authentication" if security.authenticator is None else "with bearer tokens"
         print(f"serving the job store {store_path(args.store)} on http://{args.host}:{args.port} {who}")
-        uvicorn.run(create_app(store, security=security), host=args.host, port=args.port)
+        uvicorn.run(
+            create_app(store, security=security), host=args.host, port=args.port, access_log=args.access_log
+        )
     return 0
 
 

@@ -58,7 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cpn.inventory import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from cpn.jobs import JobKind, JobSpec
 from cpn.rules import USAGE_TAINT_SUFFIX
-from cpn.safe_yaml import DEFAULT_LIMITS, Budget, LimitExceeded, Limits, clip, load_one
+from cpn.safe_yaml import DEFAULT_LIMITS, Budget, LimitExceeded, Limits, clip, dump, load_one
 
 SUPPORTED_KINDS: dict[tuple[str, str], JobKind] = {
     ("batch/v1", "Job"): "training",
@@ -404,7 +404,7 @@ def _parse_object(doc: Any, col: _Collector) -> JobSpec | None:
         node_pools=gang.node_pools,
         gpu_memory_min_gb=gang.gpu_memory_min_gb,
         pod_gpus=gang.pod_gpus,
-        manifest=yaml.dump(doc, Dumper=_SafeDumper, sort_keys=False, allow_unicode=True),
+        manifest=dump(doc),
     )
 
 

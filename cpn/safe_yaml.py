@@ -26,6 +26,7 @@ JSON, which has no dates), and any scalar that cannot be constructed becomes a
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import yaml
@@ -97,6 +98,24 @@ def clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters)"
 
 
+_CACHED_VALUE_CHARS = 64
+"""Scalars up to this long have their implicit tag cached (keys and short values repeat in every manifest)."""
+
+
+@functools.lru_cache(maxsize=8192)
+def _scalar_tag(value: str, plain: bool, quoted: bool) -> str:
+    return Resolver().resolve(ScalarNode, value, (plain, quoted))
+
+
+class _FastResolver(Resolver):
+    """PyYAML's resolver with the tags of short scalars cached; the same answers (cpn adds no resolvers)."""
+
+    def resolve(self, kind: type, value: object, implicit: object) -> str:
+        if kind is ScalarNode and len(value) <= _CACHED_VALUE_CHARS:
+            return _scalar_tag(value, *implicit)
+        return super().resolve(kind, value, implicit)
+
+
 class _Composer:
     """PyYAML's Composer with the checks of the module docstring, composing from the parser's events."""
 
@@ -111,7 +130,7 @@ class _Composer:
         node = None
         if not self.check_event(yaml.StreamEndEvent):
             self.get_event()  # document start
-            node = self._compose(None, None)
+            node = self._compose()
             self.get_event()  # document end
         if not self.check_event(yaml.StreamEndEvent):
             event = self.get_event()
@@ -121,25 +140,16 @@ class _Composer:
         self.get_event()
         return node
 
-    def _compose(self, parent: Node | None, index: object) -> Node:
-        if self.check_event(AliasEvent):
-            event = self.get_event()
-            anchor = event.anchor
-            if anchor not in self.anchors:
-                raise yaml.composer.ComposerError(
-                    None, None, f"found undefined alias {clip(anchor, 60)!r}", event.start_mark
-                )
-            if anchor not in self._sizes:
-                raise ConstructorError(
-                    None,
-                    None,
-                    f"alias {clip(anchor, 60)!r} is inside its own anchor (a recursive structure); "
-                    "Kubernetes objects cannot be recursive",
-                    event.start_mark,
-                )
-            self.budget.charge(*self._sizes[anchor], event.start_mark)
-            return self.anchors[anchor]
-        event = self.peek_event()
+    def _compose(self) -> Node:
+        """The node of the next event (and of its children), checked as it is built.
+
+        One `get_event` per event and no path resolvers (cpn adds none), because
+        this loop runs for every value of every submitted manifest.
+        """
+        event = self.get_event()
+        kind = type(event)
+        if kind is AliasEvent:
+            return self._alias(event)
         anchor = event.anchor
         if anchor is not None and anchor in self.anchors:
             raise yaml.composer.ComposerError(
@@ -148,41 +158,51 @@ class _Composer:
                 "second occurrence",
                 event.start_mark,
             )
-        before = (self.budget.nodes, self.budget.chars)
-        self.descend_resolver(parent, index)
-        if self.check_event(ScalarEvent):
-            node = self._scalar(anchor)
-        elif self.check_event(MappingStartEvent):
-            node = self._collection(anchor, MappingNode, MappingEndEvent)
+        budget, limits = self.budget, self.budget.limits
+        before = (budget.nodes, budget.chars)
+        tag = event.tag
+        if kind is ScalarEvent:
+            value = event.value
+            if len(value) > limits.max_scalar:
+                raise LimitExceeded(
+                    None,
+                    None,
+                    f"a value of {len(value):,} characters; at most {limits.max_scalar:,} are accepted",
+                    event.start_mark,
+                )
+            budget.nodes += 1
+            budget.chars += len(value)
+            if budget.nodes > limits.max_nodes or budget.chars > limits.max_chars:
+                budget.charge(0, 0, event.start_mark)
+            if tag is None or tag == "!":
+                tag = self.resolve(ScalarNode, value, event.implicit)
+            node = ScalarNode(tag, value, event.start_mark, event.end_mark, style=event.style)
+            if anchor is not None:
+                self.anchors[anchor] = node
         else:
-            node = self._collection(anchor, SequenceNode, SequenceEndEvent)
-        self.ascend_resolver()
+            node = self._collection(event, anchor, MappingNode if kind is MappingStartEvent else SequenceNode)
         if anchor is not None:
-            self._sizes[anchor] = (self.budget.nodes - before[0], self.budget.chars - before[1])
+            self._sizes[anchor] = (budget.nodes - before[0], budget.chars - before[1])
         return node
 
-    def _scalar(self, anchor: str | None) -> ScalarNode:
-        event = self.get_event()
-        value = event.value
-        if len(value) > self.budget.limits.max_scalar:
-            raise LimitExceeded(
+    def _alias(self, event: AliasEvent) -> Node:
+        anchor = event.anchor
+        if anchor not in self.anchors:
+            raise yaml.composer.ComposerError(
+                None, None, f"found undefined alias {clip(anchor, 60)!r}", event.start_mark
+            )
+        if anchor not in self._sizes:
+            raise ConstructorError(
                 None,
                 None,
-                f"a value of {len(value):,} characters; "
-                f"at most {self.budget.limits.max_scalar:,} are accepted",
+                f"alias {clip(anchor, 60)!r} is inside its own anchor (a recursive structure); "
+                "Kubernetes objects cannot be recursive",
                 event.start_mark,
             )
-        self.budget.charge(1, len(value), event.start_mark)
-        tag = event.tag
-        if tag is None or tag == "!":
-            tag = self.resolve(ScalarNode, value, event.implicit)
-        node = ScalarNode(tag, value, event.start_mark, event.end_mark, style=event.style)
-        if anchor is not None:
-            self.anchors[anchor] = node
-        return node
+        self.budget.charge(*self._sizes[anchor], event.start_mark)
+        return self.anchors[anchor]
 
-    def _collection(self, anchor: str | None, node_class: type, end_event: type) -> Node:
-        start = self.get_event()
+    def _collection(self, start: yaml.Event, anchor: str | None, node_class: type) -> Node:
         self._depth += 1
         if self._depth > self.budget.limits.max_depth:
             raise LimitExceeded(
@@ -198,16 +218,15 @@ class _Composer:
         node = node_class(tag, [], start.start_mark, None, flow_style=start.flow_style)
         if anchor is not None:
             self.anchors[anchor] = node
+        items = node.value
         if node_class is SequenceNode:
-            index = 0
-            while not self.check_event(end_event):
-                node.value.append(self._compose(node, index))
-                index += 1
+            while type(self.peek_event()) is not SequenceEndEvent:
+                items.append(self._compose())
         else:
             keys: set[tuple[str, str]] = set()
-            while not self.check_event(end_event):
-                key = self._compose(node, None)
-                if isinstance(key, ScalarNode):
+            while type(self.peek_event()) is not MappingEndEvent:
+                key = self._compose()
+                if type(key) is ScalarNode:
                     if (key.tag, key.value) in keys:
                         raise ConstructorError(
                             "in a mapping",
@@ -216,7 +235,7 @@ class _Composer:
                             key.start_mark,
                         )
                     keys.add((key.tag, key.value))
-                node.value.append((key, self._compose(node, key)))
+                items.append((key, self._compose()))
         node.end_mark = self.get_event().end_mark
         self._depth -= 1
         return node
@@ -242,7 +261,7 @@ class _Constructor(SafeConstructor):
 _Constructor.add_constructor("tag:yaml.org,2002:timestamp", SafeConstructor.construct_yaml_str)
 
 
-class _Loader(_Composer, CParser, _Constructor, Resolver):
+class _Loader(_Composer, CParser, _Constructor, _FastResolver):
     """libyaml's event parser, the checked composer, the strict constructor and the YAML 1.1 resolver."""
 
     def __init__(self, text: str, budget: Budget) -> None:
@@ -263,3 +282,57 @@ def load_one(text: str, budget: Budget) -> object:
         return loader.get_single_data()
     finally:
         loader.dispose()
+
+
+_STR, _INT, _FLOAT, _BOOL, _NULL, _SEQ, _MAP = (
+    f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map")
+)
+
+
+class _Unusual(Exception):
+    """The data holds something `dump` leaves to PyYAML's representer (shared objects, bytes, sets)."""
+
+
+def dump(data: object) -> str:
+    """YAML of `data`, exactly as `yaml.dump(data, Dumper=CSafeDumper, sort_keys=False, allow_unicode=True)`.
+
+    Plain JSON-like data (what a manifest is) is turned into nodes directly and
+    handed to libyaml's emitter, about four times faster than PyYAML's generic
+    representer; anything else (an object reached twice through an alias, bytes, a set)
+    goes through the representer itself, so the text is the same either way.
+    """
+    try:
+        node = _node(data, set())
+    except _Unusual:
+        return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
+    return yaml.serialize(node, Dumper=_Dumper, allow_unicode=True)
+
+
+class _Dumper(yaml.CSafeDumper, _FastResolver):
+    """libyaml's safe dumper with the cached resolver (the emitter asks it about every scalar)."""
+
+    resolve = _FastResolver.resolve
+
+
+def _node(value: object, seen: set[int]) -> Node:
+    kind = type(value)
+    if kind is str:
+        return ScalarNode(_STR, value)
+    if kind is dict or kind is list:
+        if id(value) in seen:
+            raise _Unusual
+        seen.add(id(value))
+        if kind is dict:
+            return MappingNode(
+                _MAP, [(_node(k, seen), _node(v, seen)) for k, v in value.items()], flow_style=False
+            )
+        return SequenceNode(_SEQ, [_node(v, seen) for v in value], flow_style=False)
+    if kind is int:
+        return ScalarNode(_INT, str(value))
+    if kind is bool:
+        return ScalarNode(_BOOL, "true" if value else "false")
+    if value is None:
+        return ScalarNode(_NULL, "null")
+    if kind is float:
+        return yaml.representer.SafeRepresenter().represent_float(value)
+    raise _Unusual

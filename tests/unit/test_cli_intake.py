@@ -165,7 +165,7 @@ def served(monkeypatch) -> dict:
     """What `cpn serve` hands uvicorn, without serving; `served["probe"](app)`, if set, runs meanwhile."""
     served: dict = {}
 
-    def fake_run(app, host, port):
+    def fake_run(app, host, port, **options):
         served.update(routes={r.path for r in app.routes}, host=host, port=port)
         if "probe" in served:
             served["probe"](app)
