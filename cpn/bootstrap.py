@@ -16,6 +16,7 @@ them. The estimate source is chosen by name in models.sources and handed in here
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,11 +25,14 @@ from pathlib import Path
 from config.settings import DEFAULT_CPU_THRESHOLD, ClustersConfig
 from cpn.adapters.clusters import ClusterSet
 from cpn.adapters.gateway import ClusterGateway
+from cpn.adapters.metrics import MetricsSource
+from cpn.adapters.migrator import Migrator
 from cpn.clock import Clock, SimClock, WallClock
+from cpn.engine.live_load import apply_metrics
 from cpn.engine.scheduler import EstimateSource, NodeLoad, Scheduler
 from cpn.engine.transfer import TransferTimes
 from cpn.formats.throughput import ThroughputTable
-from cpn.inventory import Node, nodes_from_config
+from cpn.inventory import Node, NodeState, nodes_from_config
 from cpn.policies import make_policy
 from cpn.policies.base import Policy
 from cpn.sim.colocation import ColocationTable
@@ -37,6 +41,8 @@ from cpn.sim.gateway import GroundTruth, SimulatedGateway
 from cpn.sim.journal import JournaledGateway, SubmissionJournal
 from cpn.sim.migrator import SimulatedMigrator
 from cpn.store import JobStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -51,7 +57,7 @@ class Service:
     scheduler: Scheduler
     simulator: SimulatedGateway | None
     """The simulated clusters (None when every cluster is real)."""
-    migrator: SimulatedMigrator
+    migrator: Migrator
     driver: SimDriver | None = None
     """Moves simulated clusters along the wall clock (`cpn run` only)."""
     journal: JournaledGateway | None = None
@@ -89,7 +95,59 @@ def ground_truth(table: ThroughputTable) -> GroundTruth:
 def _real_gateway(clusters: ClustersConfig, name: str) -> ClusterGateway:
     from cpn.adapters.kubernetes import gateway_for
 
-    return gateway_for(clusters, clusters.cluster(name))
+    return gateway_for(clusters.cluster(name), clusters.label_domain, clusters.gpu_aliases)
+
+
+class MeasuredLoad:
+    """Node states adjusted by each cluster's live metrics (cpn.engine.live_load), sampled every round.
+
+    A cluster whose metrics turn unknown or degraded is scheduled on inventory alone (or on its fresh
+    readings only), and the change is logged once, when it happens.
+    """
+
+    def __init__(self, source: MetricsSource) -> None:
+        self.source = source
+        self.health: dict[str, str] = {}
+
+    def __call__(self, nodes: tuple[NodeState, ...]) -> tuple[NodeState, ...]:
+        sample = self.source.sample()
+        for name, metrics in sample.items():
+            if self.health.get(name, "ok") != metrics.health:
+                level = logging.INFO if metrics.health == "ok" else logging.WARNING
+                fallback = {
+                    "unknown": "; scheduling it on inventory alone",
+                    "degraded": "; fresh readings only",
+                }
+                log.log(
+                    level,
+                    "cluster %s metrics %s%s%s",
+                    name,
+                    metrics.health,
+                    f" ({metrics.detail})" if metrics.detail else "",
+                    fallback.get(metrics.health, ""),
+                )
+            self.health[name] = metrics.health
+        return apply_metrics(nodes, sample)
+
+
+def _metrics_for(clusters: ClustersConfig) -> MeasuredLoad | None:
+    watched = [c for c in clusters.clusters if c.prometheus_url]
+    if not watched:
+        return None
+    from cpn.adapters.prometheus import PrometheusMetrics
+
+    return MeasuredLoad(PrometheusMetrics(watched))
+
+
+def _migrator_for(
+    clusters: ClustersConfig, transfers: TransferTimes, clock: SimClock, live: bool
+) -> Migrator:
+    """Real copies between registries when the service is live and every cluster has one; else simulated."""
+    if live and all(c.registry for c in clusters.clusters):
+        from cpn.adapters.registry import SkopeoMigrator
+
+        return SkopeoMigrator(clusters, transfers)
+    return SimulatedMigrator(transfers, clock)
 
 
 def build_service(
@@ -107,14 +165,17 @@ def build_service(
     """The scheduler over `clusters` with a job store at `store_path` (see the module doc).
 
     `table` is the simulated clusters' ground truth; `policy` a policy or its name; `node_load` adjusts
-    node states by measured load (the metrics source). With `time_scale`, a file beside the store keeps
-    the simulated timeline and another journals the simulated clusters' submissions; `wall` is the wall
-    clock they follow (tests fake it).
+    node states by measured load (default, live: the Prometheus of every cluster that names one). A
+    live service whose clusters all name a registry copies images with skopeo; otherwise copies are
+    simulated. With `time_scale`, a file beside the store keeps
+    the simulated timeline and another journals the simulated clusters' submissions (not for a
+    `:memory:` store, which a restart cannot resume anyway); `wall` is the wall clock they follow.
     """
     real = [c.name for c in clusters.clusters if c.kube_context]
     if real and time_scale not in (None, 1):
         raise ValueError(f"clusters {', '.join(real)} are real: they run on the wall clock, use time scale 1")
     live = time_scale is not None
+    durable = str(store_path) != ":memory:"
     sim_clock = SimClock()
     clock: Clock = WallClock() if real and live else sim_clock
     store = JobStore(store_path, clock=clock)
@@ -125,7 +186,7 @@ def build_service(
         nodes = tuple(n for n in nodes_from_config(clusters) if n.cluster in simulated)
         simulator = SimulatedGateway(nodes, ground_truth(table), sim_clock, keep_executions=not live)
         sim_gateway: ClusterGateway = simulator
-        if live:
+        if live and durable:
             journal = JournaledGateway(simulator, SubmissionJournal(f"{store_path}.sim-journal"))
             sim_gateway = journal
         gateways.update(dict.fromkeys(simulated, sim_gateway))
@@ -133,17 +194,20 @@ def build_service(
         gateways[name] = _real_gateway(clusters, name)
     gateway = ClusterSet({c.name: gateways[c.name] for c in clusters.clusters})
     transfers = TransferTimes(clusters)
-    migrator = SimulatedMigrator(transfers, sim_clock)
+    migrator = _migrator_for(clusters, transfers, sim_clock, live)
+    if node_load is None and live:
+        node_load = _metrics_for(clusters)
     if live:
         now = wall()
-        timeline = (
-            Timeline(now, now, 1.0)
-            if real
-            else Timeline.resume(Path(f"{store_path}.sim-time"), float(time_scale), now)
-        )
+        if real:
+            timeline = Timeline(now, now, 1.0)
+        elif durable:
+            timeline = Timeline.resume(Path(f"{store_path}.sim-time"), float(time_scale), now)
+        else:
+            timeline = Timeline(now, 0.0, float(time_scale))
         if real:
             sim_clock.advance_to(now)
-        parts = [migrator] if simulator is None else [simulator, migrator]
+        parts = [p for p in (simulator, migrator) if isinstance(p, (SimulatedGateway, SimulatedMigrator))]
         driver = SimDriver(sim_clock, parts, timeline, wall)
     scheduler = Scheduler(
         store,

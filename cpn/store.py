@@ -44,7 +44,8 @@ _SCHEMA = (
         wait_code    TEXT,                 -- why it waits (cpn.decisions.WaitCode), latest round
         wait_detail  TEXT,
         predicted_start       REAL,        -- when the latest plan starts it
-        first_predicted_start REAL         -- the first start any plan gave it
+        first_predicted_start REAL,        -- the first start any plan gave it
+        image        TEXT                  -- the image to run, pinned by digest once migrated
     )""",
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq)",
     """CREATE TABLE IF NOT EXISTS transitions (
@@ -71,6 +72,7 @@ _UPGRADES = {
             "wait_detail TEXT",
             "predicted_start REAL",
             "first_predicted_start REAL",
+            "image TEXT",
         )
     ),
 }
@@ -78,7 +80,7 @@ _UPGRADES = {
 
 _JOB_COLUMNS = (
     "spec, state, cluster, node, location, submitted_at, updated_at, placement, "
-    "wait_code, wait_detail, predicted_start, first_predicted_start"
+    "wait_code, wait_detail, predicted_start, first_predicted_start, image"
 )
 _TRANSITION_COLUMNS = "job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb"
 _INSERT_TRANSITION = f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -112,6 +114,8 @@ class JobRecord:
     """Why the latest round left it queued, and when that round's plan starts it; None when not queued."""
     first_predicted_start: float | None = None
     """The first start time any plan predicted for it (kept after it starts, to measure predictions)."""
+    image: str | None = None
+    """The image reference to run instead of the spec's, pinned by digest, once a migration copied it."""
 
     @property
     def job_id(self) -> str:
@@ -134,6 +138,8 @@ class Change:
     """The job's acceptance position (queue order)."""
     location: str | None
     """Where the job's image and data are now."""
+    image: str | None = None
+    """The image to run instead of the spec's (after a migration), None = the spec's."""
 
 
 @dataclass(frozen=True)
@@ -358,6 +364,7 @@ class JobStore:
         at: float | None = None,
         gpu_mem_gb: float | None = None,
         placement: Sequence[tuple[str, int]] | None = None,
+        image: str | None = None,
     ) -> None:
         """Move a job to `new_state` and record the move, atomically.
 
@@ -369,7 +376,8 @@ class JobStore:
         `at` is when it happened, for events reported after the fact (default: now).
         `gpu_mem_gb` is the peak GPU memory per card the cluster measured, on a run's end.
         `placement` is every (node, cards) of the gang (kept like `cluster`; cleared with it). Leaving
-        `queued` clears the job's waiting reason.
+        `queued` clears the job's waiting reason. `image` is the reference to run from now on (a
+        migration's copy, pinned by digest).
         """
         new_state = JobState(new_state)
         now = self._clock.now() if at is None else at
@@ -390,6 +398,7 @@ class JobStore:
                 gang = row[3] if gang is None else gang
             db.execute(
                 "UPDATE jobs SET state = ?, cluster = ?, node = ?, location = COALESCE(?, location), "
+                "image = COALESCE(?, image), "
                 "updated_at = ?, placement = ?, wait_code = CASE WHEN ? THEN wait_code END, "
                 "wait_detail = CASE WHEN ? THEN wait_detail END WHERE job_id = ?",
                 (
@@ -397,6 +406,7 @@ class JobStore:
                     cluster,
                     node,
                     location,
+                    image,
                     now,
                     gang,
                     new_state == JobState.QUEUED,
@@ -504,14 +514,14 @@ class JobStore:
         to what changed, instead of re-reading every queued job each round.
         """
         rows = self._read(
-            "SELECT t.seq, t.job_id, t.to_state, j.seq, j.location FROM transitions t "
+            "SELECT t.seq, t.job_id, t.to_state, j.seq, j.location, j.image FROM transitions t "
             "JOIN jobs j ON j.job_id = t.job_id WHERE t.seq > ? ORDER BY t.seq",
             (after,),
         )
         if not rows:
             return after, []
         return rows[-1][0], [
-            Change(job_id, JobState(state), order, loc) for _, job_id, state, order, loc in rows
+            Change(job_id, JobState(state), order, loc, image) for _, job_id, state, order, loc, image in rows
         ]
 
     def specs(self, job_ids: Sequence[str]) -> dict[str, JobSpec]:
@@ -567,7 +577,21 @@ def _differing_fields(stored: str, new: str) -> list[str]:
 
 
 def _record(row: tuple) -> JobRecord:
-    spec, state, cluster, node, location, submitted_at, updated_at, gang, code, detail, start, first = row
+    (
+        spec,
+        state,
+        cluster,
+        node,
+        location,
+        submitted_at,
+        updated_at,
+        gang,
+        code,
+        detail,
+        start,
+        first,
+        image,
+    ) = row
     job = _decode(spec)
     return JobRecord(
         job,
@@ -580,6 +604,7 @@ def _record(row: tuple) -> JobRecord:
         placement=tuple((n, c) for n, c in json.loads(gang)) if gang else (),
         waiting=Waiting(job.job_id, code, detail or "", start) if code else None,
         first_predicted_start=first,
+        image=image,
     )
 
 

@@ -8,6 +8,8 @@ added by the HTTP intake or another process show up the same way).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cpn.decisions import shape_of
 from cpn.jobs import JobSpec, JobState
 from cpn.store import Change, JobStore
@@ -31,7 +33,8 @@ class QueueView:
         """Apply every transition recorded since the last refresh.
 
         Returns the jobs that entered the queue and those whose payload moved (a migration that ended
-        before this refresh), so callers recompute what depends on where a job is.
+        before this refresh), so callers recompute what depends on where a job is. A job whose image a
+        migration replaced (pinned by digest) is held with that image.
         """
         self._after, changes = self.store.changes_since(self._after)
         if not changes:
@@ -40,13 +43,14 @@ class QueueView:
         for change in changes:
             latest[change.job_id] = change
         entering = [c for c in latest.values() if c.state == JobState.QUEUED and c.job_id not in self._specs]
-        moved = [
-            self._specs[c.job_id]
-            for c in latest.values()
-            if c.state == JobState.QUEUED
-            and c.job_id in self._specs
-            and c.location != self._location[c.job_id]
-        ]
+        moved = []
+        for c in latest.values():
+            if c.state != JobState.QUEUED or c.job_id not in self._specs:
+                continue
+            if c.image and c.image != self._specs[c.job_id].image:
+                self._specs[c.job_id] = replace(self._specs[c.job_id], image=c.image)
+            if c.location != self._location[c.job_id]:
+                moved.append(self._specs[c.job_id])
         for change in latest.values():
             if change.state != JobState.QUEUED:
                 if change.job_id in self._specs:
@@ -59,6 +63,8 @@ class QueueView:
         for change in entering:
             in_order = in_order and change.order > self._last_order
             self._last_order = max(self._last_order, change.order)
+            if change.image:
+                specs[change.job_id] = replace(specs[change.job_id], image=change.image)
             self._enter(specs[change.job_id], change.order)
         if not in_order:
             ordered = sorted(self._specs, key=self._order.__getitem__)

@@ -63,6 +63,17 @@ NodeLoad = Callable[[tuple[NodeState, ...]], tuple[NodeState, ...]]
 _EVENT_STATE = {"running": JobState.RUNNING, "succeeded": JobState.SUCCEEDED, "failed": JobState.FAILED}
 
 
+def _migrated(m: MigrationDone) -> str:
+    """The reason recorded for a finished copy, with what it measured: `migrated to C (N bytes in S s,
+    REF@DIGEST)`."""
+    measured = []
+    if m.bytes is not None and m.seconds is not None:
+        measured.append(f"{m.bytes} bytes in {m.seconds:.1f} s" if m.bytes else "already there")
+    if m.image:
+        measured.append(m.image)
+    return f"migrated to {m.cluster}" + (f" ({', '.join(measured)})" if measured else "")
+
+
 class EstimateSource(Protocol):
     """Where a policy's runtime/memory beliefs come from (oracle, noisy oracle, the predictor)."""
 
@@ -167,8 +178,9 @@ class Scheduler:
                 self._move(
                     m.job_id,
                     JobState.QUEUED,
-                    reason=f"migrated to {m.cluster}",
+                    reason=_migrated(m),
                     location=m.cluster,
+                    image=m.image or None,
                     at=m.time,
                 )
             else:
