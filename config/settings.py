@@ -58,7 +58,6 @@ class NodeGroup(_Strict):
     gpus_per_node: int = Field(ge=1, description="GPUs on each node (nvidia.com/gpu.count).")
     gpu_memory_gb: float = Field(gt=0, description="Memory of one GPU in GB (nvidia.com/gpu.memory).")
     cpu_cores: float = Field(gt=0, description="Allocatable CPU cores on each node.")
-    memory_gb: float = Field(64, gt=0, description="Allocatable host memory on each node, GB.")
     usage: Usage = Field("training", description="Node pool: training, inference or hybrid.")
     extra_labels: dict[str, str] = Field(default_factory=dict, description="Labels beyond the scheme.")
     extra_taints: tuple[TaintConfig, ...] = Field((), description="Taints beyond the scheme.")
@@ -214,7 +213,10 @@ class ClustersConfig(_Strict):
 class PolicySettings(_Strict):
     """How the scheduler decides."""
 
-    name: str = Field("fifo", description="Policy name, as listed by `cpn policies`.")
+    name: str = Field(
+        "fifo",
+        description="Policy name: fifo-naive, fifo, sjf, greedy or milp (`cpn bench policies --help` lists them).",
+    )
     cpu_threshold: float = Field(
         DEFAULT_CPU_THRESHOLD,
         gt=0,
