@@ -215,7 +215,7 @@ class PolicySettings(_Strict):
 
     name: str = Field(
         "fifo",
-        description="Policy name: fifo-naive, fifo, sjf, greedy or milp (`cpn bench policies --help` lists them).",
+        description="Policy name: fifo-naive, fifo, sjf, greedy or milp.",
     )
     cpu_threshold: float = Field(
         DEFAULT_CPU_THRESHOLD,
