@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from cpn.decisions import Decision, Snapshot
+from cpn.jobs import JobSpec
 
 
 class Policy(Protocol):
@@ -21,3 +22,8 @@ class Policy(Protocol):
     def decide(self, snapshot: Snapshot) -> Decision:
         """Choose placements for this round; must not mutate anything."""
         ...
+
+
+def by_priority(jobs: tuple[JobSpec, ...]) -> list[JobSpec]:
+    """`jobs` with higher `priority` first, arrival order kept within a priority (intake's promise)."""
+    return sorted(jobs, key=lambda job: -job.priority)

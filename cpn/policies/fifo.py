@@ -1,10 +1,11 @@
 """First-in first-out: the baseline the seed compared against.
 
-Jobs start strictly in arrival order. The head job takes the first option `cpn.policies.placement`
-offers (own pool before hybrid, then inventory order; pools, taints, CPU threshold, gangs and shared
-cards as that module says); if it cannot start now it blocks everything behind it (head-of-line
-blocking). A head job that no node could ever take, even empty, is rejected instead (always asked,
-as only the head is), so the queue never blocks on it.
+Jobs start strictly in queue order: higher `priority` first, then arrival. The head job takes the first
+option `cpn.policies.placement` offers (own pool before hybrid, then inventory order; pools, taints, CPU
+threshold, gangs and shared cards as that module says); if it cannot start now it blocks everything
+behind it (head-of-line blocking). A head job that no node could ever take, even empty, is rejected
+instead (always asked, as only the head is), so the queue never blocks on it. Every job left queued
+gets its reason (cpn.policies.waiting).
 
 Two flavours: `fifo` also requires the job's GPU memory to fit the cards; `fifo-naive` ignores
 memory, as the seed's baseline did, and so runs into OOM kills.
@@ -12,8 +13,11 @@ memory, as the seed's baseline did, and so runs into OOM kills.
 
 from __future__ import annotations
 
+from config.policies import FifoSettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot
+from cpn.policies.base import by_priority
 from cpn.policies.placement import Capacity
+from cpn.policies.waiting import WaitingExplainer
 
 
 class FifoPolicy:
@@ -22,14 +26,18 @@ class FifoPolicy:
     def __init__(self, memory_aware: bool = True) -> None:
         self.memory_aware = memory_aware
         self.name = "fifo" if memory_aware else "fifo-naive"
+        self.settings = FifoSettings(name=self.name)
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """Place queued jobs in order until the first that cannot start now; reject impossible ones."""
         capacity = Capacity(snapshot, self.memory_aware)
         placements: list[Placement] = []
         rejections: list[Rejection] = []
-        for job in snapshot.pending:
+        queue = by_priority(snapshot.pending)
+        left = len(queue)
+        for i, job in enumerate(queue):
             if capacity.exhausted:
+                left = i
                 break
             fit = capacity.fit(job)
             if fit.options:
@@ -37,5 +45,8 @@ class FifoPolicy:
             elif (reason := fit.never or capacity.why_never(job)) is not None:
                 rejections.append(Rejection(job.job_id, reason))
             else:
+                left = i
                 break
-        return Decision(placements=tuple(placements), rejections=tuple(rejections))
+        explainer = WaitingExplainer(capacity)
+        waiting = tuple(explainer.explain(job) for job in queue[left:])
+        return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)

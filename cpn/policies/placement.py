@@ -39,35 +39,49 @@ def job_memory_gb(
     job: JobSpec, estimates: Mapping[str, Mapping[str, Estimate]], gpu_type: str
 ) -> float | None:
     """GB per card the job needs on `gpu_type`: the larger of declared and estimated; None if neither."""
-    estimate = estimates.get(job.job_id, {}).get(gpu_type)
-    known = [m for m in (job.gpu_mem_gb, estimate.gpu_mem_gb if estimate else None) if m is not None]
-    return max(known) if known else None
+    return memory_need(job, estimates.get(job.job_id, {}).get(gpu_type))
+
+
+def memory_need(job: JobSpec, estimate: Estimate | None) -> float | None:
+    """GB per card the job needs given its `estimate` on a GPU type: the larger of declared and estimated."""
+    if estimate is None or estimate.gpu_mem_gb is None:
+        return job.gpu_mem_gb
+    return estimate.gpu_mem_gb if job.gpu_mem_gb is None else max(job.gpu_mem_gb, estimate.gpu_mem_gb)
 
 
 @dataclass(eq=False)
-class _Slot:
-    """One node's capacity, updated as a decision places jobs on it."""
+class Slot:
+    """One node's capacity in a `Capacity`, updated as a decision takes options on it."""
 
     node: Node
     free: int
+    """Whole cards free."""
     cpu_used: float
+    """CPU cores in use, counting what this decision placed."""
     cpu_cap: float
+    """CPU cores the node may have in use: the CPU threshold times its cores."""
     shared: list[tuple[float, float]]
     """(free share, free GB) of each shared card."""
 
     def cpu_fits(self, cores: float) -> bool:
+        """Whether `cores` more stay within the CPU threshold."""
         return self.cpu_used + cores <= self.cpu_cap
 
 
 @dataclass(eq=False)
-class _Group:
-    """The nodes of one cluster, GPU type and pool, in inventory order: where one gang may go."""
+class Group:
+    """The nodes of one cluster, GPU type and pool, in inventory order: where one gang may go.
+
+    The unit an optimiser counts capacity in (`Capacity.groups`): a job runs within one group, and
+    `admits_ever` says which groups could ever take a job. Read-only outside this module.
+    """
 
     cluster: str
     gpu_type: str
     usage: str
-    slots: list[_Slot]
-    admits: dict[JobKind, tuple[_Slot, ...]] = field(default_factory=dict)
+    """The pool (`<domain>/node.usage`): training, inference or hybrid."""
+    slots: list[Slot]
+    admits: dict[JobKind, tuple[Slot, ...]] = field(default_factory=dict)
     """Slots each job kind may use (pool and taints)."""
     sizes: dict[JobKind, tuple[int, int, float]] = field(default_factory=dict)
     """Per job kind, over the slots it may use: most cards on a node, cards in all, largest CPU cap."""
@@ -77,9 +91,23 @@ class _Group:
     """Most free cards on one node of the group."""
     shared_room: bool = False
     """Some shared card of the group has share left."""
-    _eligible: dict[tuple[JobKind, float | None], tuple[_Slot, ...]] = field(default_factory=dict)
+    _eligible: dict[tuple[JobKind, float | None], tuple[Slot, ...]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """(cluster, GPU type, pool): unique within a Capacity."""
+        return (self.cluster, self.gpu_type, self.usage)
+
+    def cards(self, kind: JobKind) -> int:
+        """Cards in all on the nodes jobs of `kind` may use (busy or free)."""
+        return self.sizes[kind][1]
+
+    def free_for(self, kind: JobKind) -> int:
+        """Free cards on the nodes jobs of `kind` may use."""
+        return sum(s.free for s in self.admits[kind])
 
     def recount(self) -> None:
+        """Recompute `free`, `max_free` and `shared_room` from the slots."""
         self.free = sum(s.free for s in self.slots)
         self.max_free = max((s.free for s in self.slots), default=0)
         self.shared_room = any(share > SHARE_EPS for s in self.slots for share, _ in s.shared)
@@ -95,7 +123,7 @@ class _Group:
         n = 1 if is_sharing(job) else job.num_gpus
         return n <= total and (job.cpu if n <= widest else gang_cpu(job, widest)) <= cpu_cap
 
-    def eligible(self, kind: JobKind, mem: float | None) -> tuple[_Slot, ...]:
+    def eligible(self, kind: JobKind, mem: float | None) -> tuple[Slot, ...]:
         """Slots a job of `kind` needing `mem` GB per card may use (None = memory not checked)."""
         key = (kind, mem)
         if key not in self._eligible:
@@ -104,17 +132,30 @@ class _Group:
             )
         return self._eligible[key]
 
+    def admits_ever(self, job: JobSpec, mem: float | None) -> bool:
+        """Whether `job`, needing `mem` GB per card (None = unchecked), could run here on empty nodes:
+        pool, taints, memory, cards (on one node, or as a gang over the group) and the CPU threshold."""
+        slots = self.eligible(job.kind, mem)
+        n = 1 if is_sharing(job) else job.num_gpus
+        if any(s.node.gpu_count >= n and job.cpu <= s.cpu_cap for s in slots):
+            return True
+        widest = self.sizes[job.kind][0]
+        return (
+            n > widest
+            and sum(s.node.gpu_count for s in slots if gang_cpu(job, s.node.gpu_count) <= s.cpu_cap) >= n
+        )
+
 
 @dataclass(frozen=True, eq=False)
 class Option:
-    """One way to start a job now."""
+    """One way to start a job now, in one group: `take` it to book its cards."""
 
     placement: Placement
     gpu_type: str
-    _group: _Group
-    _plan: tuple[tuple[_Slot, int], ...]
+    group: Group
+    plan: tuple[tuple[Slot, int], ...]
     """Slots and the cards taken on each."""
-    _card: int | None = None
+    card: int | None = None
     """Shared card joined (position in the slot's list); None = whole cards."""
 
 
@@ -131,16 +172,25 @@ class Fit:
 class Capacity:
     """A working copy of what a snapshot has free, for one decision: ask `fit`, then `take` an option.
 
+    The feasibility API every policy, and the optimiser, builds on:
+
+    - `fit(job, gpu_types)`: the candidate placements of a job on what is free now (`Option`s, one per
+      group at most), or why it never fits;
+    - `take(option, job)`: book an option in this working copy;
+    - `groups(kind)`: capacity grouped by cluster, GPU type and pool (`Group`), the unit a plan over time
+      counts cards in; `Group.admits_ever` says which groups could ever take a job, with `memory(job, gpu)`;
+    - `why_never(job)`, `worth_trying(job)`, `hopeless(shapes)`: cheap tests to skip or reject jobs.
+
     `memory_aware=False` ignores GPU memory altogether (the seed's naive baseline).
     """
 
     def __init__(self, snapshot: Snapshot, memory_aware: bool = True) -> None:
         self.snapshot = snapshot
         self.memory_aware = memory_aware
-        groups: dict[tuple[str, str, str], _Group] = {}
+        groups: dict[tuple[str, str, str], Group] = {}
         for state in snapshot.nodes:
             node = state.node
-            slot = _Slot(
+            slot = Slot(
                 node=node,
                 free=state.free_gpus,
                 cpu_used=state.cpu_used,
@@ -149,7 +199,7 @@ class Capacity:
             )
             key = (node.cluster, node.gpu_type, node.usage)
             if key not in groups:
-                groups[key] = _Group(node.cluster, node.gpu_type, node.usage, [])
+                groups[key] = Group(node.cluster, node.gpu_type, node.usage, [])
             groups[key].slots.append(slot)
         self._groups = list(groups.values())
         for group in self._groups:
@@ -215,8 +265,14 @@ class Capacity:
             return True
         return shapes is not None and not any(self.worth_trying(job) for job in shapes)
 
-    def _memory(self, job: JobSpec, gpu_type: str) -> float | None:
+    def memory(self, job: JobSpec, gpu_type: str) -> float | None:
+        """GB per card `job` needs on `gpu_type` as this capacity counts it (None = not checked)."""
         return job_memory_gb(job, self.snapshot.estimates, gpu_type) if self.memory_aware else None
+
+    def groups(self, kind: JobKind | None = None) -> list[Group]:
+        """Every group (cluster, GPU type, pool); with `kind`, those jobs of that kind may use, own pool
+        first, then inventory order."""
+        return list(self._groups if kind is None else self._by_kind[kind])
 
     def fit(self, job: JobSpec, gpu_types: Collection[str] | None = None) -> Fit:
         """Every group where `job` can start now; if none, whether it never can.
@@ -238,7 +294,7 @@ class Capacity:
             if not group.has_cards(job.kind, n) and not (sharing and group.shared_room):
                 short = short or group.might_take(job)
                 continue
-            slots = group.eligible(job.kind, self._memory(job, group.gpu_type))
+            slots = group.eligible(job.kind, self.memory(job, group.gpu_type))
             if not slots:
                 continue
             if sharing:
@@ -255,14 +311,14 @@ class Capacity:
             return Fit(tuple(options))
         return Fit((), None if short else self.why_never(job, gpu_types))
 
-    def _option(self, job: JobSpec, group: _Group, plan: list[tuple[_Slot, int]], card: int | None = None):
+    def _option(self, job: JobSpec, group: Group, plan: list[tuple[Slot, int]], card: int | None = None):
         (first, cards), *rest = plan
         placement = Placement(
             job.job_id, group.cluster, first.node.name, cards, tuple((s.node.name, n) for s, n in rest)
         )
         return Option(placement, group.gpu_type, group, tuple(plan), card)
 
-    def _node_option(self, job: JobSpec, group: _Group, slots: tuple[_Slot, ...]) -> Option | None:
+    def _node_option(self, job: JobSpec, group: Group, slots: tuple[Slot, ...]) -> Option | None:
         """Best fit: the node with the fewest free cards that suffice (first such in inventory order)."""
         best = None
         for s in slots:
@@ -270,7 +326,7 @@ class Capacity:
                 best = s
         return None if best is None else self._option(job, group, [(best, job.num_gpus)])
 
-    def _gang_option(self, job: JobSpec, group: _Group, slots: tuple[_Slot, ...]) -> Option | None:
+    def _gang_option(self, job: JobSpec, group: Group, slots: tuple[Slot, ...]) -> Option | None:
         """Nodes with the most free cards first, until the gang has all its cards."""
         plan, need = [], job.num_gpus
         for s in sorted(slots, key=lambda s: -s.free):
@@ -282,9 +338,9 @@ class Capacity:
                     return self._option(job, group, plan)
         return None
 
-    def _shared_option(self, job: JobSpec, group: _Group, slots: tuple[_Slot, ...]) -> Option | None:
+    def _shared_option(self, job: JobSpec, group: Group, slots: tuple[Slot, ...]) -> Option | None:
         """The node whose shared card bin packing fills most; else a free card, as `_node_option` picks."""
-        mem = self._memory(job, group.gpu_type)
+        mem = self.memory(job, group.gpu_type)
         share, declared = job.gpu_share or 1.0, job.gpu_mem_gb or 0.0
         best, best_key = None, None
         for s in slots:
@@ -302,16 +358,16 @@ class Capacity:
         """Book `option` for `job` in this working copy and return its placement."""
         held_gb = job_memory_gb(job, self.snapshot.estimates, option.gpu_type) or 0.0
         share = job.gpu_share or 1.0
-        for slot, cards in option._plan:
+        for slot, cards in option.plan:
             slot.cpu_used += gang_cpu(job, cards)
-            if option._card is not None:
-                free_share, free_gb = slot.shared[option._card]
-                slot.shared[option._card] = (free_share - share, free_gb - held_gb)
+            if option.card is not None:
+                free_share, free_gb = slot.shared[option.card]
+                slot.shared[option.card] = (free_share - share, free_gb - held_gb)
                 continue
             slot.free -= cards
             if is_sharing(job):
                 slot.shared.append((1.0 - share, slot.node.gpu_memory_gb - held_gb))
-        option._group.recount()
+        option.group.recount()
         self._refresh()
         return option.placement
 
@@ -335,22 +391,18 @@ class Capacity:
             groups = [g for g in groups if g.gpu_type in gpu_types]
             if not groups:
                 return "no estimate for any GPU type it may use"
-        eligible = [
-            (slots, g.sizes[job.kind][0])
-            for g in groups
-            if (slots := g.eligible(job.kind, self._memory(job, g.gpu_type)))
-        ]
+        eligible = [g for g in groups if g.eligible(job.kind, self.memory(job, g.gpu_type))]
         if not eligible:
             return "needs more GPU memory per card than any eligible node's GPUs have"
         n = 1 if is_sharing(job) else job.num_gpus
-        if not any(sum(s.node.gpu_count for s in slots) >= n for slots, _ in eligible):
+        mems = [self.memory(job, g.gpu_type) for g in eligible]
+        if not any(
+            sum(s.node.gpu_count for s in g.eligible(job.kind, m)) >= n
+            for g, m in zip(eligible, mems, strict=True)
+        ):
             return f"needs {n} GPUs; no cluster has that many eligible GPUs of one type in one pool"
-        for slots, widest in eligible:
-            if widest >= n:
-                if any(s.node.gpu_count >= n and job.cpu <= s.cpu_cap for s in slots):
-                    return None
-            elif sum(s.node.gpu_count for s in slots if gang_cpu(job, s.node.gpu_count) <= s.cpu_cap) >= n:
-                return None
+        if any(g.admits_ever(job, m) for g, m in zip(eligible, mems, strict=True)):
+            return None
         return f"needs {job.cpu:g} CPU cores; no eligible node allows that under the CPU threshold"
 
 

@@ -1,18 +1,20 @@
 """Shortest job first: the queued job with the shortest estimated runtime starts first.
 
-Jobs are ranked by their estimated runtime on their fastest GPU type (`snapshot.estimates`), ties in
-arrival order. Each takes the first option `cpn.policies.placement` offers among the GPU types it has an
-estimate for (own pool before hybrid, then inventory order); a job that cannot start now is skipped,
-not waited for, so short jobs behind it still start. Memory-aware, as `fifo` is. A job with no estimate
-for any GPU type, or that no node could ever take, is rejected with the reason.
+Jobs are ranked by `priority` (higher first), then by their estimated runtime on their fastest GPU type
+(`snapshot.estimates`), ties in arrival order. Each takes the first option `cpn.policies.placement`
+offers among the GPU types it has an estimate for (own pool before hybrid, then inventory order); a job
+that cannot start now is skipped, not waited for, so short jobs behind it still start. Memory-aware, as
+`fifo` is. A job with no estimate for any GPU type (asked while anything is free), or that no node
+could ever take, is rejected with the reason; every job left queued gets its reason (cpn.policies.waiting).
 """
 
 from __future__ import annotations
 
-import math
-
+from config.policies import SjfSettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot
+from cpn.policies.base import by_priority
 from cpn.policies.placement import NO_ESTIMATE, Capacity, usable_runtimes
+from cpn.policies.waiting import WaitingExplainer
 
 
 class SjfPolicy:
@@ -20,33 +22,38 @@ class SjfPolicy:
 
     name = "sjf"
 
+    def __init__(self, settings: SjfSettings | None = None) -> None:
+        self.settings = settings or SjfSettings()
+
     def decide(self, snapshot: Snapshot) -> Decision:
         """Place jobs shortest first while anything is free; reject jobs that can never run."""
         capacity = Capacity(snapshot)
-        if capacity.hopeless(snapshot.shapes):
-            return Decision()
         placements: list[Placement] = []
         rejections: list[Rejection] = []
+        left = []
+        hopeless = capacity.hopeless(snapshot.shapes)
+        if hopeless:
+            left = by_priority(snapshot.pending)
         ranked = []
-        for order, job in enumerate(snapshot.pending):
-            estimates = snapshot.estimates.get(job.job_id, {})
-            if not estimates:
+        for order, job in enumerate(() if hopeless else snapshot.pending):
+            runtimes = usable_runtimes(snapshot, job)
+            if not runtimes:
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
-            elif capacity.worth_trying(job):
-                shortest = min([e.runtime_s for e in estimates.values()])
-                if shortest == math.inf:
-                    rejections.append(Rejection(job.job_id, NO_ESTIMATE))
-                else:
-                    ranked.append((shortest, order, job))
-        ranked.sort(key=lambda r: r[:2])
-        hopeless = False
-        for _, _, job in ranked:
-            if hopeless:
-                break
-            fit = capacity.fit(job, usable_runtimes(snapshot, job))
+            else:
+                ranked.append((-job.priority, min(runtimes.values()), order, job, runtimes))
+        ranked.sort(key=lambda r: r[:3])
+        for *_, job, runtimes in ranked:
+            if hopeless or not capacity.worth_trying(job):
+                left.append(job)
+                continue
+            fit = capacity.fit(job, runtimes)
             if fit.options:
                 placements.append(capacity.take(fit.options[0], job))
                 hopeless = capacity.hopeless(snapshot.shapes)
             elif fit.never is not None:
                 rejections.append(Rejection(job.job_id, fit.never))
-        return Decision(placements=tuple(placements), rejections=tuple(rejections))
+            else:
+                left.append(job)
+        explainer = WaitingExplainer(capacity)
+        waiting = tuple(explainer.explain(job, estimated=True) for job in left)
+        return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)

@@ -1,0 +1,87 @@
+"""Typed settings of each scheduling policy, one pydantic model per policy, discriminated by `name`.
+
+`cpn.policies.make_policy` builds a policy from one of these (or from a name and overrides); the
+command line's `--set key=value` pairs become overrides through `parse_overrides`. Every model is
+strict: an unknown key or a bad value fails with the field and the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+DEFAULT_CPU_THRESHOLD = 0.7
+"""A node whose CPU cores in use would exceed this fraction of its cores takes no more jobs."""
+
+
+class _PolicyBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FifoSettings(_PolicyBase):
+    """First in, first out (by priority, then arrival); `fifo-naive` ignores GPU memory."""
+
+    name: Literal["fifo", "fifo-naive"] = "fifo"
+
+
+class SjfSettings(_PolicyBase):
+    """Shortest estimated job first (by priority, then runtime)."""
+
+    name: Literal["sjf"] = "sjf"
+
+
+class GreedySettings(_PolicyBase):
+    """Earliest predicted finish on what is free now (jobs by priority, then arrival)."""
+
+    name: Literal["greedy"] = "greedy"
+
+
+PolicySettings = Annotated[FifoSettings | SjfSettings | GreedySettings, Field(discriminator="name")]
+"""The settings of any policy; `name` says which."""
+
+_ADAPTER: TypeAdapter = TypeAdapter(PolicySettings)
+
+POLICY_NAMES: tuple[str, ...] = ("fifo-naive", "fifo", "sjf", "greedy")
+"""Every policy name, as the command line and reports spell it."""
+
+
+class PolicySettingsError(ValueError):
+    """Settings that name an unknown policy, an unknown key, or a bad value."""
+
+
+def policy_settings(name: str, **overrides: Any) -> PolicySettings:
+    """The settings of policy `name` with `overrides` applied; PolicySettingsError saying what is wrong."""
+    if name not in POLICY_NAMES:
+        raise PolicySettingsError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
+    try:
+        return _ADAPTER.validate_python({**overrides, "name": name})
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"][1:]) or "(settings)"
+            problems.append(f"{field}: {err['msg']}")
+        raise PolicySettingsError(f"policy {name}: {'; '.join(problems)}") from None
+
+
+def setting_keys(name: str) -> tuple[str, ...]:
+    """The keys policy `name` takes besides `name` itself."""
+    model = type(policy_settings(name))
+    return tuple(k for k in model.model_fields if k != "name")
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    """`["solver=cbc", "time_limit_s=2"]` -> `{"solver": "cbc", "time_limit_s": "2"}` (pydantic converts).
+
+    ValueError naming the pair that is not `key=value`, or a key given twice.
+    """
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--set {pair!r}: write key=value, e.g. --set solver=cbc")
+        if key in out:
+            raise ValueError(f"--set {key} is given twice")
+        out[key] = value.strip()
+    return out
