@@ -2,7 +2,8 @@
 
 `cpn.policies.make_policy` builds a policy from one of these (or from a name and overrides); the
 command line's `--set key=value` pairs become overrides through `parse_overrides`. Every model is
-strict: an unknown key or a bad value fails with the field and the reason.
+strict: an unknown key or a bad value fails with the field and the reason. The CPU threshold is the
+scheduler's, not a policy's (config.settings.DEFAULT_CPU_THRESHOLD, `PolicySettings.cpu_threshold`).
 """
 
 from __future__ import annotations
@@ -10,10 +11,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-
-DEFAULT_CPU_THRESHOLD = 0.7
-"""A node whose CPU cores in use would exceed this fraction of its cores takes no more jobs."""
-
 
 class _PolicyBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
