@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+
 class _PolicyBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
