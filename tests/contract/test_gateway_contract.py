@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from cpn.adapters.clusters import ClusterSet
 from cpn.adapters.gateway import ClusterGateway, SubmitRejected
 from cpn.adapters.kubernetes import KubernetesGateway
 from cpn.clock import SimClock
@@ -67,31 +68,21 @@ def simulated() -> Harness:
     return Harness(gateway, settle)
 
 
-class _Clusters:
-    """Kubernetes gateways, one per cluster of NODES, routed by the placement's cluster name.
+class _SyncedClusters(ClusterSet):
+    """Kubernetes gateways, one per cluster of NODES, routed by cluster name as the composition root does.
 
     `poll_events` first relists (KubernetesGateway.sync), so that what the fake API server did is seen at
-    once rather than when the watch thread gets to it.
+    once rather than when a watch thread gets to it.
     """
 
     def __init__(self, gateways: dict[str, KubernetesGateway]) -> None:
-        self.gateways = gateways
-
-    def inventory(self):
-        by_key = {s.node.key: s for gw in self.gateways.values() for s in gw.inventory()}
-        return tuple(by_key[n.key] for n in NODES)
-
-    def submit(self, job: JobSpec, placement: Placement) -> None:
-        if placement.cluster not in self.gateways:
-            raise SubmitRejected(f"no cluster {placement.cluster}")
-        self.gateways[placement.cluster].submit(job, placement)
+        super().__init__(gateways)
+        self.kubernetes = gateways
 
     def poll_events(self):
-        events = []
-        for gw in self.gateways.values():
+        for gw in self.kubernetes.values():
             gw.sync()
-            events += gw.poll_events()
-        return events
+        return super().poll_events()
 
 
 def kubernetes(request) -> Harness:
@@ -103,12 +94,13 @@ def kubernetes(request) -> Harness:
             labels = gpu_labels(n.usage, n.gpu_product, n.gpu_count, int(n.gpu_memory_gb * 1024))
             server.add_node(n.name, labels, n.gpu_count, cpu=f"{n.cpu_cores:g}")
         gateways[cluster] = make_gateway(server, cluster)
+        request.addfinalizer(gateways[cluster].close)
 
     def settle() -> None:
         for server in servers.values():
             server.finish_all()
 
-    return Harness(_Clusters(gateways), settle)
+    return Harness(_SyncedClusters(gateways), settle)
 
 
 IMPLEMENTATIONS: list[Callable[..., Harness]] = [

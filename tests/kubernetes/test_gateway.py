@@ -169,7 +169,8 @@ def test_410_gone_relists_and_nothing_is_missed(cluster):
 def test_a_watch_resuming_from_an_expired_version_gets_410_and_relists(cluster):
     gw = make_gateway(cluster)
     gw.submit(job("team/a"), Placement("team/a", "east", "t-0", 1))
-    gw.reconcile()  # lists, then watches from the list's version
+    gw.start()  # lists, then watches from the list's version
+    assert [e.kind for e in gw.poll_events()] == ["running"]
     try:
         cluster.compact(expire_open_watches=True)
         cluster.finish("team", "a")
@@ -180,7 +181,7 @@ def test_a_watch_resuming_from_an_expired_version_gets_410_and_relists(cluster):
         gw.close()
 
 
-def test_restart_reconciles_what_the_cluster_runs_and_submits_nothing_twice(cluster):
+def test_restart_reports_what_the_cluster_runs_and_submits_nothing_twice(cluster):
     first = make_gateway(cluster)
     first.submit(job("team/a"), Placement("team/a", "east", "t-0", 1))
     first.submit(job("team/b"), Placement("team/b", "east", "t-1", 1))
@@ -188,18 +189,21 @@ def test_restart_reconciles_what_the_cluster_runs_and_submits_nothing_twice(clus
     # cpn restarts: a new gateway, nothing in memory.
     gw = make_gateway(cluster)
     try:
-        found = {o.job_id: o for o in gw.reconcile()}
-        assert {j: (o.phase, o.nodes, o.reason) for j, o in found.items()} == {
-            "team/a": ("running", ("t-0",), ""),
-            "team/b": ("failed", ("t-1",), OOM_REASON),
-        }
-        assert gw.poll_events() == []
+        assert gw.held_jobs() == {"team/a", "team/b"}
+        events = [(e.job_id, e.kind, e.reason) for e in gw.poll_events()]
+        assert sorted(events) == [
+            ("team/a", "running", ""),
+            ("team/b", "failed", OOM_REASON),
+            ("team/b", "running", ""),
+        ]
+        assert gw.held_jobs() == {"team/a"}  # b's end is handed out
         posts = len([1 for m, _ in cluster.requests if m == "POST"])
         gw.submit(job("team/a"), Placement("team/a", "east", "t-0", 1))
         assert len([1 for m, _ in cluster.requests if m == "POST"]) == posts  # known: not even tried
         cluster.finish("team", "a")
         (done,) = wait_for(gw.poll_events)
         assert (done.job_id, done.kind) == ("team/a", "succeeded")
+        assert gw.held_jobs() == frozenset()
     finally:
         gw.close()
 

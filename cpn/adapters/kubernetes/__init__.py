@@ -1,12 +1,12 @@
 """The Kubernetes adapter: one real cluster behind the ClusterGateway and ManifestBinder ports.
 
-The only package that imports `kubernetes` and `kubernetes_validate`. `gateway_for(cluster, label_domain)`
+The only package that imports `kubernetes` and `kubernetes_validate`. `gateway_for(config, cluster)`
 builds the gateway of one configured cluster from its kubeconfig context; see docs/kubernetes.md.
 """
 
 from cpn.adapters.kubernetes.api import ApiError, RetryPolicy
 from cpn.adapters.kubernetes.binding import BindError, KubernetesBinder
-from cpn.adapters.kubernetes.gateway import KubernetesGateway, Observed, api_client_for, gateway_for
+from cpn.adapters.kubernetes.gateway import KubernetesGateway, api_client_for, gateway_for
 from cpn.adapters.kubernetes.validation import InvalidManifest, validate_object
 
 __all__ = [
@@ -15,7 +15,6 @@ __all__ = [
     "InvalidManifest",
     "KubernetesBinder",
     "KubernetesGateway",
-    "Observed",
     "RetryPolicy",
     "api_client_for",
     "gateway_for",

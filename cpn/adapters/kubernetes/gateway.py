@@ -13,9 +13,9 @@ each once: `running`, then `succeeded` or `failed` with the reason (OOMKilled, E
 end the tail of its pod's log is kept (`log_tail`) and, where a `gpu_memory` source is given, its
 measured peak GPU memory goes on the event.
 
-On start-up `reconcile()` lists what the cluster runs for cpn (by cpn's labels), returns it, and starts
-the watches from there: what was already seen is not reported again, and a job found on the cluster is
-never submitted twice.
+On start-up (`held_jobs`, or the first `poll_events`) the gateway lists what the cluster runs for cpn
+(by cpn's labels) and reports every job found afresh; the caller's store skips what it already has, and a
+job found on the cluster is never submitted twice.
 """
 
 from __future__ import annotations
@@ -24,13 +24,12 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
 
-from config.settings import Cluster
+from config.settings import Cluster, ClustersConfig
 from cpn.adapters.gateway import JobEvent, SubmitRejected
 from cpn.clock import Clock, WallClock
 from cpn.decisions import Placement
@@ -52,19 +51,6 @@ GpuMemorySource = Callable[[str, tuple[str, ...], float, float], float | None]
 """(job id, nodes, start, end) -> peak GPU memory per card in GB over the run, None = unknown."""
 
 _ORDER = {"submitted": 0, "running": 1, "succeeded": 2, "failed": 2}
-
-
-@dataclass(frozen=True)
-class Observed:
-    """A cpn job as found on the cluster by `reconcile`."""
-
-    job_id: str
-    phase: str
-    """submitted (objects exist, no pod runs yet), running, succeeded or failed."""
-    nodes: tuple[str, ...]
-    start: float | None = None
-    end: float | None = None
-    reason: str = ""
 
 
 class KubernetesGateway:
@@ -104,10 +90,13 @@ class KubernetesGateway:
         self._claims: dict[str, tuple[Claim, int]] = {}
         """job_id -> cards it holds before its pods show, and how many pods it will have."""
         self._seen: dict[str, str] = {}
-        """job_id -> the last phase reported (or found by reconcile)."""
+        """job_id -> the last phase reported."""
         self._events: list[JobEvent] = []
         self._logs: dict[str, str] = {}
         self._nodes: dict[str, Node] = {}
+        self._started = False
+        self._ended: set[str] = set()
+        """Jobs whose end poll_events has handed out."""
         group, version, plural = VOLCANO
         self._watches = [
             CollectionWatch(
@@ -239,30 +228,26 @@ class KubernetesGateway:
 
     # -- events ----------------------------------------------------------------------------------------
 
-    def reconcile(self) -> tuple[Observed, ...]:
-        """List what the cluster runs for cpn, remember it as already reported, and start the watches.
-
-        Call it once at start-up, before the first `poll_events`: the caller brings its store in line
-        with what is returned (a job found here is submitted; one that ended while cpn was down has its
-        end), and only changes after this point come as events.
-        """
+    def start(self) -> None:
+        """List cpn's objects on the cluster and start the watches from there (once; later calls do
+        nothing). Every job found is reported afresh by `poll_events` (a restarted cpn gets the end of a
+        job that finished while it was down; the scheduler skips what its store already has)."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
         for w in self._watches:
             w.relist()
-        with self._lock:
-            found = {job_id: self._status(job_id) for job_id in self._job_ids()}
-            for job_id, status in found.items():
-                self._seen[job_id] = status.phase
-            self._events.clear()
-        self.start()
-        return tuple(
-            Observed(job_id, s.phase, s.nodes, s.start, s.end, s.reason)
-            for job_id, s in sorted(found.items())
-        )
-
-    def start(self) -> None:
-        """Start the watches (listing first where `reconcile` has not)."""
         for w in self._watches:
             w.start()
+
+    def held_jobs(self) -> frozenset[str]:
+        """Ids of the cpn jobs the cluster holds (its objects carry cpn's labels), less those whose end
+        `poll_events` has handed out; starts the watches first. For start-up reconciliation: a job
+        found here was submitted, and is never submitted twice."""
+        self.start()
+        with self._lock:
+            return frozenset(self._job_ids() | set(self._claims)) - self._ended
 
     def close(self) -> None:
         """Stop the watches."""
@@ -287,10 +272,12 @@ class KubernetesGateway:
         return sum(w.lists for w in self._watches)
 
     def poll_events(self) -> list[JobEvent]:
-        """Events since the last call, oldest first."""
+        """Events since the last call, oldest first (the watches start at the first call)."""
+        self.start()
         with self._lock:
             events, self._events = self._events, []
-        return events
+            self._ended.update(e.job_id for e in events if e.kind != "running")
+        return sorted(events, key=lambda e: e.time)
 
     def log_tail(self, job_id: str) -> str:
         """The last lines of the log of the job's pod (the failed one, if any), read when it ended."""
@@ -483,25 +470,27 @@ def api_client_for(kubeconfig: str | Path | None, context: str | None) -> client
     return config.new_client_from_config(config_file=path, context=context)
 
 
-def gateway_for(
-    cluster: Cluster, label_domain: str, gpu_aliases: Mapping[str, str] | None = None, **options: Any
-) -> KubernetesGateway:
-    """The gateway of one configured cluster, from its kubeconfig file and context.
+def gateway_for(config: ClustersConfig, cluster: Cluster, **options: Any) -> KubernetesGateway:
+    """The gateway of `cluster` (one of `config.clusters`), reached through its kubeconfig context.
 
-    `options` go to KubernetesGateway (clock, gpu_memory, retry, watch_timeout_s, log_lines, api_client to
-    use instead of the kubeconfig). Nothing is contacted until the gateway is used.
+    The label domain and GPU aliases come from `config`; kubeconfig, context, HAMi and the Kubernetes
+    version from `cluster`. `options` go to KubernetesGateway (clock, gpu_memory, retry,
+    watch_timeout_s, log_lines) or give an `api_client` to use instead of the kubeconfig. Nothing is
+    contacted until the gateway is used.
     """
-    if cluster.kube_context is None and "api_client" not in options:
-        raise ValueError(
-            f"cluster {cluster.name} names no kube_context; set kube_context (and kubeconfig) in the cluster "
-            "YAML to reach a real cluster"
-        )
-    api_client = options.pop("api_client", None) or api_client_for(cluster.kubeconfig, cluster.kube_context)
+    api_client = options.pop("api_client", None)
+    if api_client is None:
+        if cluster.kube_context is None:
+            raise ValueError(
+                f"cluster {cluster.name} names no kube_context; set kube_context (and kubeconfig) in the "
+                "cluster YAML to reach a real cluster"
+            )
+        api_client = api_client_for(cluster.kubeconfig, cluster.kube_context)
     return KubernetesGateway(
         cluster.name,
         api_client,
-        label_domain=label_domain,
-        gpu_aliases=gpu_aliases,
+        label_domain=config.label_domain,
+        gpu_aliases=config.gpu_aliases,
         hami=cluster.hami,
         hami_resource_pool=cluster.hami_resource_pool,
         kubernetes_version=cluster.kubernetes_version,
