@@ -82,7 +82,8 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.ASSIGNED: frozenset({JobState.MIGRATING, JobState.SUBMITTED, JobState.QUEUED, JobState.FAILED}),
     JobState.MIGRATING: frozenset({JobState.SUBMITTED, JobState.QUEUED, JobState.FAILED}),
     JobState.SUBMITTED: frozenset({JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.QUEUED}),
-    JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.FAILED}),
+    # A run killed for its memory goes back to the queue, to a card with more (re-planning).
+    JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.QUEUED}),
     # A job no placement could satisfy may be retried once capacity changes.
     JobState.SCHEDULE_FAILED: frozenset({JobState.QUEUED}),
     JobState.SUCCEEDED: frozenset(),

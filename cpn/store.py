@@ -45,7 +45,8 @@ _SCHEMA = (
         wait_detail  TEXT,
         predicted_start       REAL,        -- when the latest plan starts it
         first_predicted_start REAL,        -- the first start any plan gave it
-        image        TEXT                  -- the image to run, pinned by digest once migrated
+        image        TEXT,                 -- the image to run, pinned by digest once migrated
+        needs_more_than_gb REAL            -- GPU memory per card it was OOM-killed with
     )""",
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq)",
     """CREATE TABLE IF NOT EXISTS transitions (
@@ -73,6 +74,7 @@ _UPGRADES = {
             "predicted_start REAL",
             "first_predicted_start REAL",
             "image TEXT",
+            "needs_more_than_gb REAL",
         )
     ),
 }
@@ -80,7 +82,7 @@ _UPGRADES = {
 
 _JOB_COLUMNS = (
     "spec, state, cluster, node, location, submitted_at, updated_at, placement, "
-    "wait_code, wait_detail, predicted_start, first_predicted_start, image"
+    "wait_code, wait_detail, predicted_start, first_predicted_start, image, needs_more_than_gb"
 )
 _TRANSITION_COLUMNS = "job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb"
 _INSERT_TRANSITION = f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -116,6 +118,8 @@ class JobRecord:
     """The first start time any plan predicted for it (kept after it starts, to measure predictions)."""
     image: str | None = None
     """The image reference to run instead of the spec's, pinned by digest, once a migration copied it."""
+    needs_more_than_gb: float | None = None
+    """GPU memory per card of the largest card it was OOM-killed on: it needs more than this."""
 
     @property
     def job_id(self) -> str:
@@ -140,6 +144,8 @@ class Change:
     """Where the job's image and data are now."""
     image: str | None = None
     """The image to run instead of the spec's (after a migration), None = the spec's."""
+    needs_more_than_gb: float | None = None
+    """Learned from an OOM kill: the job needs more GPU memory per card than this."""
 
 
 @dataclass(frozen=True)
@@ -365,6 +371,7 @@ class JobStore:
         gpu_mem_gb: float | None = None,
         placement: Sequence[tuple[str, int]] | None = None,
         image: str | None = None,
+        needs_more_than_gb: float | None = None,
     ) -> None:
         """Move a job to `new_state` and record the move, atomically.
 
@@ -377,7 +384,8 @@ class JobStore:
         `gpu_mem_gb` is the peak GPU memory per card the cluster measured, on a run's end.
         `placement` is every (node, cards) of the gang (kept like `cluster`; cleared with it). Leaving
         `queued` clears the job's waiting reason. `image` is the reference to run from now on (a
-        migration's copy, pinned by digest).
+        migration's copy, pinned by digest). `needs_more_than_gb` records an OOM kill's lesson: the job
+        needs more GPU memory per card than this (the largest such lesson is kept).
         """
         new_state = JobState(new_state)
         now = self._clock.now() if at is None else at
@@ -399,6 +407,7 @@ class JobStore:
             db.execute(
                 "UPDATE jobs SET state = ?, cluster = ?, node = ?, location = COALESCE(?, location), "
                 "image = COALESCE(?, image), "
+                "needs_more_than_gb = MAX(COALESCE(needs_more_than_gb, 0), COALESCE(?, 0)), "
                 "updated_at = ?, placement = ?, wait_code = CASE WHEN ? THEN wait_code END, "
                 "wait_detail = CASE WHEN ? THEN wait_detail END WHERE job_id = ?",
                 (
@@ -407,6 +416,7 @@ class JobStore:
                     node,
                     location,
                     image,
+                    needs_more_than_gb,
                     now,
                     gang,
                     new_state == JobState.QUEUED,
@@ -514,14 +524,16 @@ class JobStore:
         to what changed, instead of re-reading every queued job each round.
         """
         rows = self._read(
-            "SELECT t.seq, t.job_id, t.to_state, j.seq, j.location, j.image FROM transitions t "
+            "SELECT t.seq, t.job_id, t.to_state, j.seq, j.location, j.image, j.needs_more_than_gb "
+            "FROM transitions t "
             "JOIN jobs j ON j.job_id = t.job_id WHERE t.seq > ? ORDER BY t.seq",
             (after,),
         )
         if not rows:
             return after, []
         return rows[-1][0], [
-            Change(job_id, JobState(state), order, loc, image) for _, job_id, state, order, loc, image in rows
+            Change(job_id, JobState(state), order, loc, image, floor or None)
+            for _, job_id, state, order, loc, image, floor in rows
         ]
 
     def specs(self, job_ids: Sequence[str]) -> dict[str, JobSpec]:
@@ -591,6 +603,7 @@ def _record(row: tuple) -> JobRecord:
         start,
         first,
         image,
+        floor,
     ) = row
     job = _decode(spec)
     return JobRecord(
@@ -605,6 +618,7 @@ def _record(row: tuple) -> JobRecord:
         waiting=Waiting(job.job_id, code, detail or "", start) if code else None,
         first_predicted_start=first,
         image=image,
+        needs_more_than_gb=floor or None,
     )
 
 

@@ -34,6 +34,8 @@ class JobTimeline:
     ended_at: float | None
     state: JobState
     reason: str = ""
+    oom_kills: int = 0
+    """Runs of the job killed for exceeding GPU memory (a killed job may be queued again and succeed)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ def timelines(store: JobStore) -> list[JobTimeline]:
                 ended_at=ended,
                 state=record.state,
                 reason=moves[-1].reason,
+                oom_kills=sum(t.reason.startswith(OOM_REASON) for t in moves),
             )
         )
     return out
@@ -110,7 +113,7 @@ def summarize(
         "jobs": len(jobs),
         "succeeded": len(succeeded),
         "failed": len(failed),
-        "oom": sum(1 for j in failed if OOM_REASON in j.reason),
+        "oom": sum(j.oom_kills for j in jobs),
         "unfinished": len(jobs) - len(succeeded) - len(failed),
         "makespan_s": makespan,
         "mean_jct_s": _mean(jct),

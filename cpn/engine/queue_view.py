@@ -14,6 +14,19 @@ from cpn.decisions import shape_of
 from cpn.jobs import JobSpec, JobState
 from cpn.store import Change, JobStore
 
+MEMORY_MARGIN_GB = 0.01
+"""A job OOM-killed on cards of X GB is held as needing X + this, so that only larger cards take it."""
+
+
+def _learned(spec: JobSpec, change: Change) -> JobSpec:
+    """The spec with what its runs taught: the migrated image, and more memory after an OOM kill."""
+    if change.image and change.image != spec.image:
+        spec = replace(spec, image=change.image)
+    floor = change.needs_more_than_gb
+    if floor is not None and (spec.gpu_mem_gb is None or spec.gpu_mem_gb <= floor):
+        spec = replace(spec, gpu_mem_gb=round(floor + MEMORY_MARGIN_GB, 6))
+    return spec
+
 
 class QueueView:
     """What is queued now, where each job's payload is, and how many jobs of each shape wait."""
@@ -33,8 +46,9 @@ class QueueView:
         """Apply every transition recorded since the last refresh.
 
         Returns the jobs that entered the queue and those whose payload moved (a migration that ended
-        before this refresh), so callers recompute what depends on where a job is. A job whose image a
-        migration replaced (pinned by digest) is held with that image.
+        before this refresh) or what it needs (see `_learned`), so callers recompute what depends on
+        them. A job whose image a migration replaced (pinned by digest) is held with that image; one an
+        OOM kill taught that it needs more memory per card, with that much memory declared.
         """
         self._after, changes = self.store.changes_since(self._after)
         if not changes:
@@ -47,9 +61,11 @@ class QueueView:
         for c in latest.values():
             if c.state != JobState.QUEUED or c.job_id not in self._specs:
                 continue
-            if c.image and c.image != self._specs[c.job_id].image:
-                self._specs[c.job_id] = replace(self._specs[c.job_id], image=c.image)
-            if c.location != self._location[c.job_id]:
+            learned = _learned(self._specs[c.job_id], c)
+            if learned != self._specs[c.job_id]:
+                self._specs[c.job_id] = learned
+                moved.append(learned)
+            elif c.location != self._location[c.job_id]:
                 moved.append(self._specs[c.job_id])
         for change in latest.values():
             if change.state != JobState.QUEUED:
@@ -63,8 +79,7 @@ class QueueView:
         for change in entering:
             in_order = in_order and change.order > self._last_order
             self._last_order = max(self._last_order, change.order)
-            if change.image:
-                specs[change.job_id] = replace(specs[change.job_id], image=change.image)
+            specs[change.job_id] = _learned(specs[change.job_id], change)
             self._enter(specs[change.job_id], change.order)
         if not in_order:
             ordered = sorted(self._specs, key=self._order.__getitem__)

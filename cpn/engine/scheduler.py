@@ -33,7 +33,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from config.settings import DEFAULT_CPU_THRESHOLD
-from cpn.adapters.gateway import ClusterGateway, JobEvent, SubmitRejected
+from cpn.adapters.gateway import OOM_REASON, ClusterGateway, JobEvent, SubmitRejected
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
 from cpn.decisions import Decision, Estimate, Placement, Snapshot, Waiting
@@ -126,6 +126,7 @@ class Scheduler:
         transfers: TransferTimes | None = None,
         migrator: Migrator | None = None,
         node_load: NodeLoad | None = None,
+        oom_retries: int = 1,
     ) -> None:
         if (transfers is None) != (migrator is None):
             raise ValueError("give both transfers and migrator, or neither")
@@ -138,6 +139,10 @@ class Scheduler:
         self.transfers = transfers
         self.migrator = migrator
         self.node_load = node_load
+        self.oom_retries = oom_retries
+        """How many times an OOM-killed job is queued again before it fails (0: never)."""
+        self._card_gb: dict[tuple[str, str], float] = {}
+        """(cluster, node) -> GB per card, from the latest inventory (bounded by the node count)."""
         self.queue = QueueView(store)
         self._estimates: dict[str, Mapping[str, Estimate]] = {}
         self._exclusive: dict[str, JobSpec] = {}
@@ -159,8 +164,11 @@ class Scheduler:
         return True
 
     def apply_events(self, events: list[JobEvent]) -> None:
-        """Move jobs along as the clusters report them (running, succeeded, failed)."""
+        """Move jobs along as the clusters report them (running, succeeded, failed); an OOM kill
+        re-plans the job (see `_replan_oom`)."""
         for event in events:
+            if event.kind == "failed" and event.reason == OOM_REASON and self._replan_oom(event):
+                continue
             self._move(
                 event.job_id,
                 _EVENT_STATE[event.kind],
@@ -168,6 +176,35 @@ class Scheduler:
                 at=event.time,
                 gpu_mem_gb=event.gpu_mem_gb,
             )
+
+    def _replan_oom(self, event: JobEvent) -> bool:
+        """Queue an OOM-killed job again, needing more GPU memory per card than the card it died on,
+        unless it was killed `oom_retries` times already; returns whether it was queued again."""
+        try:
+            record = self.store.get(event.job_id)
+        except UnknownJob:
+            return False
+        if record.state not in (JobState.SUBMITTED, JobState.RUNNING):
+            return False  # already reflected (a restarted gateway reporting again)
+        kills = sum(t.reason.startswith(OOM_REASON) for t in self.store.history(event.job_id))
+        if kills >= self.oom_retries:
+            return False
+        card_gb = self._card_gb.get((record.cluster or "", record.node or ""))
+        sharing = is_sharing(self._spec_of(record.spec))
+        learned = None if sharing or card_gb is None else card_gb
+        where = f"{record.cluster}/{record.node}" + (f" ({card_gb:g} GB cards)" if card_gb else "")
+        self.store.transition(
+            event.job_id,
+            JobState.QUEUED,
+            reason=f"{OOM_REASON} on {where}: queued again"
+            + (f", for cards of more than {learned:g} GB" if learned else ""),
+            at=event.time,
+            needs_more_than_gb=learned,
+        )
+        return True
+
+    def _spec_of(self, spec: JobSpec) -> JobSpec:
+        return self._exclusive.get(spec.job_id, spec)
 
     def apply_migrations(self, done: list[MigrationDone]) -> None:
         """Finished copies queue their job again where its payload now is; failed copies queue it again
@@ -261,6 +298,8 @@ class Scheduler:
         entering = self.queue.refresh()
         self._prune()
         nodes = self.gateway.inventory()
+        for state in nodes:
+            self._card_gb[(state.node.cluster, state.node.name)] = state.node.gpu_memory_gb
         if self.node_load is not None:
             nodes = self.node_load(nodes)
         self._update_estimates(entering, nodes)

@@ -78,7 +78,7 @@ def test_full_life_records_every_move_with_its_time_and_placement(store, clock):
     [
         ((), JobState.RUNNING),
         ((), JobState.SUCCEEDED),
-        ((JobState.ASSIGNED, JobState.SUBMITTED, JobState.RUNNING), JobState.QUEUED),
+        ((JobState.ASSIGNED, JobState.SUBMITTED, JobState.RUNNING), JobState.ASSIGNED),
         ((JobState.ASSIGNED, JobState.FAILED), JobState.QUEUED),
         ((JobState.SCHEDULE_FAILED,), JobState.ASSIGNED),
     ],
