@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 from config.settings import DEMO_DIR, ConfigError
 from config.tracking import DEFAULT_TRACKING_URI
@@ -19,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Generate a queue of jobs, submit them through intake, schedule them round by round on "
             "three simulated clusters until the queue drains, and write a report: summary.json "
             "(jobs done/failed/OOM, makespan, JCT, waits, GPU utilisation) and gantt.png. Runs as a "
-            "Prefect flow on Prefect's ephemeral API; no server needed."
+            "Prefect flow on $PREFECT_API_URL if set, else on a local Prefect API it starts and stops."
         ),
     )
     p.add_argument("--out", default="out/demo", help="output folder (default: %(default)s)")
@@ -43,9 +45,37 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo flow; exit 2 on invalid config."""
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
+    """Run the demo flow; exit 2 on invalid config.
+
+    Without $PREFECT_API_URL the flow runs against a Prefect API server this command starts and
+    supervises (cpn.processes): stopping the demo in any way, `kill -9` included, stops it too.
+    """
+    from cli.up import TELEMETRY_OFF, free_port, prefect_server_argv
+    from cpn.processes import ServiceFailed, Stopped, Supervisor, stop_on_signals
+
+    for key, value in TELEMETRY_OFF.items():
+        os.environ.setdefault(key, value)
+    try:
+        with stop_on_signals(), Supervisor(grace_s=5) as sup:
+            if os.environ.get("PREFECT_API_URL"):
+                return _run_flow(args)
+            port = free_port()
+            log_path = Path(args.out) / "prefect-api.log"
+            server = sup.start("prefect-api", prefect_server_argv(port, ui=False), log_path=log_path)
+            sup.wait_ready(server, f"http://127.0.0.1:{port}/api/health", timeout_s=300)
+            from prefect.settings import PREFECT_API_URL, temporary_settings
+
+            with temporary_settings(updates={PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
+                return _run_flow(args)
+    except ServiceFailed as exc:
+        print(f"cpn demo: {exc}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, Stopped):
+        print("cpn demo: stopped", file=sys.stderr)
+        return 130
+
+
+def _run_flow(args: argparse.Namespace) -> int:
     from flows.demo import demo
 
     try:

@@ -26,7 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -154,10 +154,23 @@ class Supervisor:
         self.services.append(service)
         return service
 
-    def wait_ready(self, service: Service, url: str, timeout_s: float) -> float:
-        """Poll `url` until it answers below 500; returns the seconds it took.
+    def run_step(self, name: str, argv: Sequence[str], **options: object) -> None:
+        """Run a one-off command (same options as `start`) to its end, supervised like a service while
+        it runs; ServiceFailed names it and its log if it exits non-zero."""
+        step = self.start(name, argv, **options)  # type: ignore[arg-type]
+        try:
+            code = step.keeper.wait()
+        finally:
+            if not step.running():
+                self.services.remove(step)
+        if code != 0:
+            raise ServiceFailed(step.describe_exit())
 
-        Raises ServiceFailed if the service exits first or does not answer within `timeout_s`.
+    def wait_ready(
+        self, service: Service, url: str, timeout_s: float, ok: Collection[int] | None = None
+    ) -> float:
+        """Poll `url` until it answers with a status in `ok` (default: any below 500); returns the
+        seconds it took. Raises ServiceFailed if the service exits first or does not answer in time.
         """
         started = time.monotonic()
         while True:
@@ -165,13 +178,13 @@ class Supervisor:
                 raise ServiceFailed(f"{service.describe_exit()} before answering on {url}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status < 500:
-                        return time.monotonic() - started
+                    status = response.status
             except urllib.error.HTTPError as exc:
-                if exc.code < 500:
-                    return time.monotonic() - started
+                status = exc.code
             except (OSError, urllib.error.URLError):
-                pass
+                status = None
+            if status is not None and (status in ok if ok is not None else status < 500):
+                return time.monotonic() - started
             if time.monotonic() - started > timeout_s:
                 where = f"; see {service.log_path}" if service.log_path else ""
                 raise ServiceFailed(f"{service.name} did not answer on {url} within {timeout_s:.0f} s{where}")
