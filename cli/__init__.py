@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "cli.generate",
     "cli.metrics",
     "cli.migrate",
+    "cli.plan",
     "cli.up",
 )
 """Modules that add sub-commands; each adds its sub-commands."""

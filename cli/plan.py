@@ -1,0 +1,142 @@
+"""`cpn plan`: a dry run on the configured clusters' current inventory, submitting nothing.
+
+For the given manifests, one scheduling decision (the config's policy, oracle estimates from a
+throughput table, transfer times from the WAN links), and for each placed job the objects cpn would
+submit, validated as before a real submission, written to `OUTDIR/<cluster>/<namespace>-<name>.yaml`;
+`OUTDIR/plan.json` says per job where it goes (cluster, nodes, GPUs, GPU type, predicted runtime,
+transfer seconds) or why it would wait or is rejected. Clusters with a kube_context are read live
+through their kubeconfig (read-only calls: nodes and pods); the others as the config describes them,
+all cards free.
+
+Exit status: 0 written; 1 a cluster could not be read, or an object failed validation (plan.json says
+which); 2 invalid input (a manifest or the config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from config.settings import DEMO_DIR, ClustersConfig, ConfigError, load_profile
+from cpn.adapters.kubernetes import ApiError, KubernetesBinder, gateway_for, validate_object
+from cpn.engine.estimates import OracleEstimates
+from cpn.engine.plan import PlannedJob, plan
+from cpn.engine.transfer import TransferTimes
+from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
+from cpn.intake import IntakeError, parse_manifests
+from cpn.inventory import NodeState, nodes_from_config
+from cpn.policies import make_policy
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `plan` sub-command."""
+    p = sub.add_parser(
+        "plan",
+        help="dry run: where manifests would go and the objects cpn would submit (submits nothing)",
+        description=(
+            "Decide placements for the jobs of the given manifests on the configured clusters as they are "
+            "now, and write each object cpn would submit to OUTDIR/<cluster>/<namespace>-<name>.yaml and "
+            "a summary to OUTDIR/plan.json. Nothing is submitted."
+        ),
+        epilog="Exit status: 0 written; 1 a cluster unreadable or an object invalid; 2 invalid input.",
+    )
+    p.add_argument("--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo)")
+    p.add_argument("--out", required=True, help="folder to write the plan to")
+    p.add_argument("--policy", help="policy name (default: the config's policy.yaml)")
+    p.add_argument(
+        "--throughputs",
+        default=str(GAVEL_ISOLATED),
+        help="throughput table the runtime estimates come from (default: Gavel's)",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="manifest file(s)")
+    p.set_defaults(func=run_plan)
+
+
+def _inventory(config: ClustersConfig) -> tuple[NodeState, ...]:
+    """Live nodes of the real clusters; the simulated ones as configured, all cards free."""
+    configured = nodes_from_config(config)
+    states: list[NodeState] = []
+    for cluster in config.clusters:
+        if cluster.kube_context:
+            states += gateway_for(config, cluster).inventory()
+        else:
+            states += [NodeState(n, n.gpu_count) for n in configured if n.cluster == cluster.name]
+    return tuple(states)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    try:
+        profile = load_profile(args.config)
+        jobs: list = []
+        for name in args.files:
+            jobs += parse_manifests(Path(name).read_text(), name)
+        table = ThroughputTable.load(args.throughputs)
+    except (ConfigError, IntakeError, OSError, ValueError) as exc:
+        print(f"cpn plan: {exc}", file=sys.stderr)
+        return 2
+    config = profile.clusters
+    try:
+        nodes = _inventory(config)
+    except ApiError as exc:
+        print(f"cpn plan: a cluster could not be read: {exc}", file=sys.stderr)
+        return 1
+    by_name = {(s.node.cluster, s.node.name): s.node for s in nodes}
+
+    def lookup(cluster: str, name: str):
+        return by_name[(cluster, name)]
+
+    binders = {
+        c.name: KubernetesBinder(
+            config.label_domain, lookup, hami=c.hami, hami_resource_pool=c.hami_resource_pool
+        )
+        for c in config.clusters
+    }
+    gpu_types = tuple(sorted({s.node.gpu_type for s in nodes}))
+    transfers = TransferTimes(config)
+    planned = plan(
+        tuple(jobs),
+        nodes,
+        make_policy(args.policy or profile.policy.name),
+        binders=binders,
+        validate=lambda cluster, obj: validate_object(obj, config.cluster(cluster).kubernetes_version),
+        estimates=OracleEstimates(table).estimates(tuple(jobs), gpu_types),
+        transfer_s={job.job_id: transfers.row(job, job.source_cluster) for job in jobs},
+        cpu_threshold=profile.policy.cpu_threshold,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = [_write(out, p) for p in planned]
+    (out / "plan.json").write_text(json.dumps({"jobs": summary}, indent=2) + "\n")
+    for p in planned:
+        where = f"{p.cluster} {', '.join(f'{n}x{c}' for n, c in p.nodes)} ({p.gpu_type})" if p.cluster else ""
+        print(f"{p.job_id}: {p.outcome} {where or p.code} {p.reason}".rstrip())
+    print(f"wrote {out / 'plan.json'}")
+    return 1 if any(p.outcome == "invalid" for p in planned) else 0
+
+
+def _write(out: Path, p: PlannedJob) -> dict:
+    entry: dict = {"job_id": p.job_id, "outcome": p.outcome}
+    if p.cluster is not None:
+        entry.update(
+            cluster=p.cluster,
+            nodes=[{"node": n, "gpus": c} for n, c in p.nodes],
+            gpus=p.gpus,
+            gpu_type=p.gpu_type,
+            predicted_runtime_s=p.predicted_runtime_s,
+            transfer_s=p.transfer_s,
+        )
+    if p.code:
+        entry["waiting"] = p.code
+    if p.reason:
+        entry["reason"] = p.reason
+    if p.objects:
+        meta = p.objects[0]["metadata"]
+        path = out / p.cluster / f"{meta['namespace']}-{meta['name']}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump_all(list(p.objects), sort_keys=False))
+        entry["file"] = str(path.relative_to(out))
+    return entry
