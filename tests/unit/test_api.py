@@ -105,6 +105,7 @@ def test_malformed_yaml_is_422(client, store):
         (b"\xff\xfe\x00bad", YAML),
         (b"{not json", {"content-type": "application/json"}),
         (b'{"yaml": "x"}', {"content-type": "application/json"}),
+        (b"[" * 100_000, {"content-type": "application/json"}),  # deeper than json's recursion limit
     ],
 )
 def test_unreadable_body_is_400(client, store, content, headers):

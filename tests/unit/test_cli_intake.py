@@ -82,6 +82,24 @@ def test_missing_file(db, capsys):
     assert "no-such-file.yaml: cannot read" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested more than 64 levels"),
+        ("built: 2024-02-30\nn: " + "1" * 5000 + "\n", "4300 digits"),
+        ("# padding\n" * 200_000, "larger than 1,048,576 bytes"),
+    ],
+    ids=["deep-nesting", "huge-integer", "too-large"],
+)
+def test_hostile_files_exit_2_with_a_short_message(db, tmp_path, capsys, content, says):
+    path = tmp_path / "hostile.yaml"
+    path.write_text(content)
+    assert main(["submit", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err) < 2_000
+    assert not db.exists()
+
+
 def test_submit_from_stdin(db, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO((EXAMPLES / "volcano-job.yaml").read_text()))
     assert main(["submit", "-"]) == 0
