@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
 from cpn.adapters.clusters import ClusterSet
 from cpn.adapters.gateway import ClusterGateway, SubmitRejected
-from cpn.adapters.kubernetes import KubernetesGateway
 from cpn.clock import SimClock
 from cpn.decisions import Placement
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
@@ -22,8 +22,9 @@ from cpn.inventory import Node
 from cpn.jobs import JobSpec
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.truth import GroundTruth
-from tests.kubernetes.conftest import gpu_labels, make_gateway
-from tests.kubernetes.fake_apiserver import FakeApiServer
+
+if TYPE_CHECKING:
+    from cpn.adapters.kubernetes import KubernetesGateway
 
 NODES = (
     Node("east", "gpu-0", "Tesla-V100-SXM2-16GB", 4, 16, 32, "training"),
@@ -86,6 +87,10 @@ class _SyncedClusters(ClusterSet):
 
 
 def kubernetes(request) -> Harness:
+    # Imported here: the kubernetes client takes seconds to import, and the unit run never needs it.
+    from tests.kubernetes.conftest import gpu_labels, make_gateway
+    from tests.kubernetes.fake_apiserver import FakeApiServer
+
     servers, gateways = {}, {}
     for cluster in dict.fromkeys(n.cluster for n in NODES):
         server = servers[cluster] = FakeApiServer().start()
@@ -210,3 +215,14 @@ def test_jobs_that_ask_to_share_share_one_card(harness):
         gw.submit(job("whole", gpus=2), Placement("whole", "west", "gpu-0", 2))
     harness.settle()
     assert free_gpus(gw) == ALL_FREE
+
+
+def test_held_jobs_are_the_submitted_ones_until_their_end_is_polled(harness):
+    gw = harness.gateway
+    assert gw.held_jobs() == frozenset()
+    gw.submit(job("j1"), Placement("j1", "east", "gpu-0", 1))
+    assert gw.held_jobs() == {"j1"}
+    harness.settle()
+    assert gw.held_jobs() == {"j1"}  # ended, but the end is not handed out yet
+    assert [e.kind for e in gw.poll_events()] == ["running", "succeeded"]
+    assert gw.held_jobs() == frozenset()
