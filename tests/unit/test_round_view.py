@@ -1,0 +1,58 @@
+"""The decision table of a round and a round limited to some clusters, on literal data."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+
+from cpn.decisions import Decision, Estimate, Placement, Rejection, Snapshot, Waiting
+from cpn.engine.round_view import decision_rows, only_clusters
+from cpn.inventory import Node, NodeState
+from cpn.jobs import JobSpec
+
+
+def node(cluster: str, name: str, gpu: str) -> NodeState:
+    spec = Node(
+        cluster, name, gpu, gpu_count=4, gpu_memory_gb=16, cpu_cores=32, usage="training", gpu_key=gpu
+    )
+    return NodeState(spec, free_gpus=4)
+
+
+SNAP = Snapshot(
+    now=100.0,
+    pending=(JobSpec("a/one", "ResNet-50"), JobSpec("a/two", "ResNet-50"), JobSpec("a/three", "A3C")),
+    nodes=(node("east", "e0", "v100"), node("west", "w0", "k80")),
+    estimates=MappingProxyType({"a/one": {"v100": Estimate(3600.0), "k80": Estimate(9000.0)}}),
+    transfer_s=MappingProxyType({"a/one": {"east": 120.0, "west": 0.0}}),
+)
+
+
+def test_placed_rows_carry_the_estimate_of_the_nodes_gpu_type_and_the_transfer():
+    decision = Decision(
+        placements=(Placement("a/one", "east", "e0", 2),),
+        rejections=(Rejection("a/three", "needs 99 GPUs"),),
+        waiting=(Waiting("a/two", "memory", "needs 40 GB", predicted_start=4000.0),),
+    )
+    rows = {r["job"]: r for r in decision_rows(SNAP, decision)}
+    assert rows["a/one"] == {
+        "job": "a/one",
+        "outcome": "placed",
+        "cluster": "east",
+        "node": "e0",
+        "gpus": 2,
+        "predicted_runtime_s": 3600.0,
+        "transfer_s": 120.0,
+        "predicted_start_s": 220.0,
+        "why": "",
+    }
+    assert rows["a/two"]["outcome"] == "waiting" and rows["a/two"]["why"] == "memory: needs 40 GB"
+    assert rows["a/two"]["predicted_start_s"] == 4000.0
+    assert rows["a/three"]["outcome"] == "rejected" and rows["a/three"]["why"] == "needs 99 GPUs"
+
+
+def test_only_clusters_keeps_their_nodes_and_names_unknown_ones():
+    assert [n.node.cluster for n in only_clusters(SNAP, ["west"]).nodes] == ["west"]
+    assert only_clusters(SNAP, []) is SNAP
+    with pytest.raises(ValueError, match=r"\['north'\] are not in the inventory; known: \['east', 'west'\]"):
+        only_clusters(SNAP, ["north", "east"])
