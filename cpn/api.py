@@ -46,6 +46,10 @@ log = logging.getLogger("cpn.api")
 _STATES = ", ".join(s.value for s in JobState)
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
 """Content types of a YAML body; JSON bodies are `application/json`."""
+INLINE_BYTES = 64 * 1024
+"""Bodies up to this size are parsed and stored on the event loop: a few milliseconds at most, and a hop to
+a worker thread costs more CPU than parsing one job. Larger ones go to a worker thread, so that a big
+submission does not hold up other requests."""
 MAX_PAGE = 1000
 """Largest `limit` of `GET /jobs`."""
 REDACTED = "<redacted>"
@@ -89,7 +93,10 @@ def create_app(store: JobStore, *, security: ApiSecurity) -> FastAPI:
         body = await _read_body(request, security.max_body_bytes)
         text = _manifest_text(body, content_type == "application/json")
         principal = _principal(request)
-        outcomes = await run_in_threadpool(_submit, store, text, principal)
+        if len(body) <= INLINE_BYTES:
+            outcomes = _submit(store, text, principal)
+        else:
+            outcomes = await run_in_threadpool(_submit, store, text, principal)
         created = any(o.status == "created" for o in outcomes)
         jobs = [{"job_id": o.job_id, "status": o.status} for o in outcomes]
         return JSONResponse({"jobs": jobs}, status_code=201 if created else 200)
