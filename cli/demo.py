@@ -66,13 +66,25 @@ def run(args: argparse.Namespace) -> int:
             from prefect.settings import PREFECT_API_URL, temporary_settings
 
             with temporary_settings(updates={PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
-                return _run_flow(args)
+                try:
+                    return _run_flow(args)
+                finally:
+                    _send_pending_logs_and_events()
     except ServiceFailed as exc:
         print(f"cpn demo: {exc}", file=sys.stderr)
         return 1
     except (KeyboardInterrupt, Stopped):
         print("cpn demo: stopped", file=sys.stderr)
         return 130
+
+
+def _send_pending_logs_and_events(timeout_s: float = 10) -> None:
+    """Let Prefect's background workers send what they hold while the API server still runs."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=timeout_s)
+    EventsWorker.drain_all(timeout=timeout_s)
 
 
 def _run_flow(args: argparse.Namespace) -> int:
