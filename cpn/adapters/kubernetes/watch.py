@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -80,9 +81,13 @@ class CollectionWatch:
         self._stop.set()
         resp = self._resp
         if resp is not None:
+            # Shut the socket down so that the read blocked in the watch thread returns now.
+            sock = getattr(getattr(resp, "connection", None), "sock", None)
             try:
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
                 resp.close()
-            except Exception:  # noqa: BLE001 - closing a stream another thread reads may fail either way
+            except OSError:
                 pass
         if wait and self._thread is not None:
             self._thread.join(timeout=self.timeout_s + 5)
