@@ -6,8 +6,10 @@ for the product, its specs. Per-node scores (from benchmark jobs run on each nod
 override the product's where a node differs. A user adds GPU products the project has
 never seen by writing a file of the same shape and passing it with `--benchmarks`.
 
-GPU keys must already be canonical (`v100`, `h20`: what `cpn.gpus.canonical_gpu`
-gives); the predictor checks that when it builds its catalog.
+GPU keys are product labels in any spelling (`NVIDIA-A100-SXM4-80GB`, `a100-sxm4-80gb`); the
+predictor's catalog keys them as `cpn.gpus.canonical_gpu` does and refuses two entries that name
+one product. Every workload of a file is scored by one method: scores measured another way are
+not comparable, and a file mixing methods is refused.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ BENCHMARKS_YAML = REPO_ROOT / "config" / "benchmarks.yaml"
 """The static benchmark scores shipped with the project."""
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-_GPU_KEY = re.compile(r"[a-z0-9][a-z0-9.+-]*")
+_GPU_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+ _()/-]*")
 GpuKey = Annotated[str, Field(pattern=f"^{_GPU_KEY.pattern}$")]
+"""A GPU product as `nvidia.com/gpu.product` spells it (any case and separators)."""
 
 
 class _Strict(BaseModel):
@@ -44,7 +47,7 @@ class Workload(_Strict):
     method: str = Field(
         min_length=1,
         description="How scores were obtained, e.g. `gavel-proxy` (derived from a measured table) or "
-        "`cpn-bench/1` (examples/benchmark-job.yaml). Files mixing methods are refused.",
+        "`cpn-bench/1` (examples/benchmark-job.yaml). Every workload of a file has the same method.",
     )
     description: str = Field("", description="What is run, at which batch size and precision.")
     proxy: str | None = Field(
@@ -75,7 +78,7 @@ class GpuEntry(_Strict):
 class NodeEntry(_Strict):
     """Scores measured on one node, overriding its product's where given."""
 
-    gpu: GpuKey = Field(description="Canonical GPU key of the node's product (a key of `gpus`).")
+    gpu: GpuKey = Field(description="The node's GPU product, spelled as a key of `gpus`.")
     scores: dict[str, PositiveFloat] = Field(description="Workload name -> score measured on this node.")
 
 
@@ -83,7 +86,9 @@ class BenchmarksConfig(_Strict):
     """Reference workloads, per-product scores and specs, per-node overrides."""
 
     workloads: dict[str, Workload] = Field(min_length=1, description="Reference workloads by name.")
-    gpus: dict[GpuKey, GpuEntry] = Field(min_length=1, description="Canonical GPU key -> scores (and specs).")
+    gpus: dict[GpuKey, GpuEntry] = Field(
+        min_length=1, description="GPU product (the nvidia.com/gpu.product label) -> scores (and specs)."
+    )
     nodes: dict[str, NodeEntry] = Field(
         default_factory=dict, description="Node name -> scores measured on it (benchmark jobs)."
     )
@@ -100,14 +105,20 @@ class BenchmarksConfig(_Strict):
             for key in gpus:
                 if not isinstance(key, str) or not _GPU_KEY.fullmatch(key):
                     raise ValueError(
-                        f"GPU key {key!r} is not canonical: it should match pattern {_GPU_KEY.pattern} "
-                        "(lower case, no spaces) and name the product without vendor, form factor or "
-                        "memory, e.g. a100 for NVIDIA-A100-SXM4-80GB, rtx4090 for NVIDIA GeForce RTX 4090"
+                        f"GPU key {key!r} is not a GPU product name: write the nvidia.com/gpu.product "
+                        "label, e.g. NVIDIA-A100-SXM4-80GB or NVIDIA-GeForce-RTX-4090"
                     )
         return gpus
 
     @model_validator(mode="after")
     def _check_scores(self) -> BenchmarksConfig:
+        methods = {w.method for w in self.workloads.values()}
+        if len(methods) > 1:
+            listed = ", ".join(f"{n}: {w.method}" for n, w in self.workloads.items())
+            raise ValueError(
+                f"workloads are scored by {len(methods)} methods ({listed}); scores measured another way "
+                "are not comparable: keep one method per file (ingest new results into a new file)"
+            )
         known = set(self.workloads)
         for gpu, entry in self.gpus.items():
             missing, extra = known - set(entry.scores), set(entry.scores) - known

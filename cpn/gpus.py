@@ -1,15 +1,24 @@
-"""GPU product names: one canonical key per card, whatever spelling a source uses.
+"""GPU types as the cluster names them: the `nvidia.com/gpu.product` label, normalised for spelling only.
 
-Node labels say `Tesla-V100-SXM2-16GB` or `NVIDIA-H20`, dcgm-exporter says `Tesla V100-SXM2-16GB`,
-throughput tables say `v100`, `data/gpus/devices.csv` says `RTX2080Ti`. `canonical_gpu` maps all of
-them to one lower-case key (`v100`, `h20`, `rtx2080ti`) in two steps:
+A GPU type is one product label. `canonical_gpu` turns every *spelling* of a label into one lower-case
+key and keeps everything that tells two products apart: form factor and memory stay, so
+`NVIDIA-A100-PCIE-40GB` (`a100-pcie-40gb`), `NVIDIA-A100-80GB-PCIe` (`a100-80gb-pcie`) and
+`NVIDIA-A100-SXM4-80GB` (`a100-sxm4-80gb`) are three types, as are `NVIDIA-H100-PCIe` (`h100-pcie`) and
+`NVIDIA-H100-80GB-HBM3` (`h100-80gb-hbm3`). What spelling normalisation does:
 
-1. the alias table: GPU_ALIASES, extended or overridden by a config's own aliases, names the key of a
-   spelling outright (products the rule below gets wrong, and the ones cpn's data ships with);
-2. otherwise the rule: drop the vendor prefix (`NVIDIA`, `Tesla`, `GeForce`, ...) and the
-   form-factor/memory suffix (`-SXM2-16GB`, `-PCIE-16GB`, `-80GB-HBM3`, ...), lower-case, and join
-   the remaining words without separators (`GeForce RTX 4090` -> `rtx4090`, as devices.csv writes
-   `RTX2080Ti`), so that `RTX 4090`, `RTX-4090` and `rtx4090` name one card.
+1. case is ignored, punctuation and runs of spaces, `_` and `-` become one `-`;
+2. vendor and brand prefixes are dropped (`NVIDIA`, `Tesla`, `GeForce`, `Quadro`, `AMD`, `Radeon`,
+   `Instinct`): they name no second product (`Tesla-V100-SXM2-16GB` and `NVIDIA Tesla V100 SXM2 16GB`
+   are one card);
+3. the model number is glued to its series (`RTX 4090` -> `rtx4090`, as devices.csv writes `RTX2080Ti`),
+   and a short letter suffix to the number before it (`2080 Ti` -> `2080ti`, `80 GB` -> `80gb`).
+
+The alias table comes first: GPU_ALIASES (built in), extended or overridden by a config's own aliases.
+A user merges variants *on purpose* there (`{NVIDIA-A100-SXM4-80GB: a100}` makes the SXM4 card count as
+whatever `a100` names); nothing merges them by accident. The built-in table holds the short names of the
+cards Gavel's table (data/gavel) measured, each tied to the one label of the card Gavel ran on
+(AWS p2/p3 and GCP instances): `k80`, `p100` = `Tesla-P100-PCIE-16GB`, `v100` = `Tesla-V100-SXM2-16GB`.
+Other variants of those cards (`Tesla-V100-PCIE-16GB`, `Tesla-V100-SXM2-32GB`) get keys of their own.
 
 Alias lookups ignore case and treat spaces, underscores and hyphens alike, so one entry covers the
 node label (`Tesla-V100-SXM2-16GB`) and the exporter's spelling (`Tesla V100-SXM2-16GB`).
@@ -24,29 +33,18 @@ from types import MappingProxyType
 
 GPU_ALIASES: Mapping[str, str] = MappingProxyType(
     {
-        # The cards of Gavel's throughput table (data/gavel) as node labels spell them.
-        "Tesla-K80": "k80",
+        # The cards of Gavel's throughput table (data/gavel), which names them k80, p100 and v100:
+        # one label each, the card Gavel measured (K80 and V100 SXM2 on AWS p2/p3, P100 PCIe on GCP).
         "Tesla-P100-PCIE-16GB": "p100",
-        "Tesla-P100-SXM2-16GB": "p100",
         "Tesla-V100-SXM2-16GB": "v100",
-        "Tesla-V100-PCIE-16GB": "v100",
-        # GeForce names split the model number into words; devices.csv writes them as one.
-        "NVIDIA-GeForce-RTX-2070": "rtx2070",
-        "GeForce-RTX-2070": "rtx2070",
-        "NVIDIA-GeForce-RTX-2080-Ti": "rtx2080ti",
-        "GeForce-RTX-2080-Ti": "rtx2080ti",
-        # The seed's example card.
-        "NVIDIA-H20": "h20",
     }
 )
-"""Built-in spelling -> canonical key. A config extends it with `canonical_gpu(..., aliases=...)`."""
+"""Built-in spelling -> key. A config extends it with `canonical_gpu(..., aliases=...)`."""
 
-_VENDOR = re.compile(r"^(nvidia|tesla|geforce|quadro|amd|radeon|instinct)[\s_-]+", re.IGNORECASE)
-_SUFFIX = re.compile(
-    r"[\s_-]+(sxm\d?|pcie|nvl|hbm\d?e?|\d+\s*gb|mig.*|fhhl|lhhl|dgx.*)([\s_-].*)?$", re.IGNORECASE
-)
+_VENDORS = frozenset({"nvidia", "tesla", "geforce", "quadro", "amd", "radeon", "instinct"})
 _SEPARATORS = re.compile(r"[\s_-]+")
-_OTHER = re.compile(r"[^0-9A-Za-z.+\s_-]+")
+_OTHER = re.compile(r"[^0-9a-z.+\s_-]+")
+_SHORT_SUFFIX = re.compile(r"[a-z]{1,2}")
 
 
 def _spelling(name: str) -> str:
@@ -57,26 +55,37 @@ def _spelling(name: str) -> str:
 _BUILT_IN = {_spelling(k): v for k, v in GPU_ALIASES.items()}
 
 
+def _glue(words: list[str]) -> list[str]:
+    """Join a series to its model number (`rtx 4090`) and a short suffix to a number (`2080 ti`, `80 gb`)."""
+    out: list[str] = []
+    for word in words:
+        if out and (
+            (len(out) == 1 and out[0].isalpha() and word[0].isdigit())
+            or (out[-1][-1].isdigit() and _SHORT_SUFFIX.fullmatch(word))
+        ):
+            out[-1] += word
+        else:
+            out.append(word)
+    return out
+
+
 @lru_cache(maxsize=1024)
 def _by_rule(name: str) -> str:
-    """The built-in table, then the vendor/suffix rule (cached: node types are asked for per round)."""
+    """The built-in table, then spelling normalisation (cached: node types are asked for per round)."""
     if (key := _BUILT_IN.get(_spelling(name))) is not None:
         return key
-    name = _OTHER.sub(" ", name).strip()  # `A100 (80GB)`, `A100/80GB`: punctuation separates words
-    while True:
-        stripped = _VENDOR.sub("", name)
-        if stripped == name:
-            break
-        name = stripped
-    name = _SUFFIX.sub("", name)
-    return _SEPARATORS.sub("", name).lower()
+    words = [w for w in _SEPARATORS.split(_OTHER.sub(" ", name.lower()).strip()) if w]
+    while len(words) > 1 and words[0] in _VENDORS:
+        words = words[1:]
+    return "-".join(_glue(words))
 
 
 def canonical_gpu(product: str, aliases: Mapping[str, str] | None = None) -> str:
-    """Canonical key of a GPU product name (`Tesla-V100-SXM2-16GB` -> `v100`).
+    """Key of a GPU product label (`NVIDIA-A100-SXM4-80GB` -> `a100-sxm4-80gb`, `Tesla-V100-SXM2-16GB` ->
+    `v100`); the same key for every spelling of one label, distinct keys for distinct labels.
 
-    `aliases` (spelling -> key, typically from a config) are looked up first and override the
-    built-in table, for products the rule cannot tell apart (A100 40 GB vs 80 GB, say).
+    `aliases` (spelling -> key, typically a config's `gpu_aliases`) are looked up first and override the
+    built-in table: that is where a user merges variants on purpose.
     """
     name = product.strip()
     if not name:
@@ -85,8 +94,8 @@ def canonical_gpu(product: str, aliases: Mapping[str, str] | None = None) -> str
         wanted = _spelling(name)
         for spelled, key in aliases.items():
             if _spelling(spelled) == wanted:
-                return key.lower()
+                return _by_rule(key)
     key = _by_rule(name)
-    if not key:
-        raise ValueError(f"GPU product name {product!r} has no model number (e.g. A100, RTX 4090)")
+    if not key or key in _VENDORS:
+        raise ValueError(f"GPU product name {product!r} names no product (e.g. A100-SXM4-80GB, RTX 4090)")
     return key

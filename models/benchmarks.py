@@ -1,7 +1,8 @@
 """The GPU catalog the predictor reads (scores + specs), and ingestion of benchmark job output.
 
-`BenchmarkCatalog` joins a benchmarks YAML (config/benchmarks.py) with the public specs
-in data/gpus/devices.csv: a product's `spec` in the YAML wins, else its devices.csv row.
+`BenchmarkCatalog` joins a benchmarks YAML (config/benchmarks.py) with the public specs in
+data/gpus/specs.csv (keyed by product label, as GPU types are) and data/gpus/devices.csv: a
+product's `spec` in the YAML wins, else its specs.csv row, else its devices.csv row.
 
 Benchmark jobs (examples/benchmark-job.yaml) print one line per workload:
 
@@ -37,8 +38,10 @@ from config.benchmarks import (
 from config.settings import DATA_DIR, format_validation_error
 from cpn.gpus import canonical_gpu
 
+SPECS_CSV = DATA_DIR / "gpus" / "specs.csv"
+"""Public GPU specs by product label (memory GB, bandwidth GB/s, SMs, FP32 TFLOPS), from datasheets."""
 DEVICES_CSV = DATA_DIR / "gpus" / "devices.csv"
-"""Public GPU specs (memory GB, bandwidth GB/s, FP32 TFLOPS), Apache-2.0 (data/gpus/)."""
+"""More public GPU specs (memory GB, bandwidth GB/s, FP32 TFLOPS), Apache-2.0 (data/gpus/)."""
 
 MARKER = "CPN_BENCH "
 """Prefix of a result line in a benchmark job's log."""
@@ -82,6 +85,7 @@ class BenchmarkCatalog:
         config: BenchmarksConfig,
         devices_csv: Path | str = DEVICES_CSV,
         source: str = "the benchmarks file",
+        specs_csv: Path | str = SPECS_CSV,
     ) -> None:
         self.config = config
         self.source = source
@@ -91,20 +95,27 @@ class BenchmarkCatalog:
             e.spec is None or any(getattr(e.spec, f) is None for f in SPEC_FIELDS)
             for e in config.gpus.values()
         )
-        devices = _read_devices(Path(devices_csv)) if needs_devices else {}
+        devices = (
+            {**_read_devices(Path(devices_csv)), **_read_specs(Path(specs_csv))} if needs_devices else {}
+        )
         self.missing_specs: dict[str, tuple[str, ...]] = {}
         """GPU key -> spec figures known nowhere (NaN features)."""
         self._profiles: dict[str, GpuProfile] = {}
-        for key, entry in config.gpus.items():
-            if canonical_gpu(key) != key:
+        spelled: dict[str, str] = {}
+        for name, entry in config.gpus.items():
+            key = canonical_gpu(name)
+            if key in spelled:
                 raise BenchmarkError(
-                    f"{source}: gpus.{key}: not a canonical GPU key; write {canonical_gpu(key)!r}"
+                    f"{source}: gpus.{name} and gpus.{spelled[key]} name one GPU product ({key}); keep one"
                 )
+            spelled[key] = name
             self._profiles[key] = self._profile(key, entry.scores, entry, devices)
-        self._nodes = {
-            name: self._profile(n.gpu, {**config.gpus[n.gpu].scores, **n.scores}, config.gpus[n.gpu], devices)
-            for name, n in config.nodes.items()
-        }
+        self._nodes = {}
+        for name, n in config.nodes.items():
+            entry = config.gpus[n.gpu]
+            self._nodes[name] = self._profile(
+                canonical_gpu(n.gpu), {**entry.scores, **n.scores}, entry, devices
+            )
 
     def __setstate__(self, state: dict) -> None:
         # Catalogs pickled before missing specs were allowed had every figure.
@@ -135,7 +146,8 @@ class BenchmarkCatalog:
             return None
         gpus = "; ".join(f"gpus.{k}: no spec figure {', '.join(v)}" for k, v in self.missing_specs.items())
         return (
-            f"{self.source}: {gpus} (neither the file's `spec:` nor {DEVICES_CSV.name} has them); the "
+            f"{self.source}: {gpus} (neither the file's `spec:` nor {SPECS_CSV.name} nor {DEVICES_CSV.name} "
+            "has them); the "
             "predictor treats them as missing features. Add `spec: {memory_gb, mem_bw_gbps, fp32_tflops, "
             "source}` under the GPU to use them"
         )
@@ -155,6 +167,24 @@ class BenchmarkCatalog:
     def same_scoring(self, other: BenchmarkCatalog) -> bool:
         """True if both catalogs score the same workloads the same way (features are comparable)."""
         return self.config.workloads == other.config.workloads
+
+
+def _read_specs(path: Path) -> dict[str, tuple[float, float, float]]:
+    """specs.csv rows (gpu_product, mem_gb, mem_bw_gbs, num_sm, fp32_tflops) by GPU key."""
+    out = {}
+    try:
+        with path.open(newline="") as fh:
+            for lineno, raw in enumerate(csv.DictReader(fh), start=2):
+                try:
+                    figures = (float(raw["mem_gb"]), float(raw["mem_bw_gbs"]), float(raw["fp32_tflops"]))
+                    out[canonical_gpu(raw["gpu_product"])] = figures
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise BenchmarkError(
+                        f"{path}:{lineno}: need gpu_product, mem_gb, mem_bw_gbs, fp32_tflops: {exc}"
+                    ) from None
+    except FileNotFoundError:
+        raise BenchmarkError(f"{path}: file not found") from None
+    return out
 
 
 def _read_devices(path: Path) -> dict[str, tuple[float, float, float]]:
@@ -257,8 +287,10 @@ def merge_results(
             )
     per_node: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     node_gpu: dict[str, str] = {}
+    # A product already in `base` keeps its spelling there; a new one is written as the job reported it.
+    spelled = {canonical_gpu(k): k for k in base.gpus} if base else {}
     for r in results:
-        gpu = canonical_gpu(r.gpu_product)
+        gpu = spelled.setdefault(canonical_gpu(r.gpu_product), r.gpu_product)
         if node_gpu.setdefault(r.node, gpu) != gpu:
             raise BenchmarkError(f"node {r.node!r} reported two GPU products: {node_gpu[r.node]} and {gpu}")
         per_node[r.node][r.workload].append(r.score)

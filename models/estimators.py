@@ -32,7 +32,7 @@ from xgboost import XGBRegressor
 
 from cpn.formats.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
-from models.features import FeatureBuilder, Features, PredictorInputError, Query, model_key, query_of
+from models.features import FeatureBuilder, Features, PredictorInputError, Query, query_of, workload_key
 
 
 @dataclass(frozen=True)
@@ -268,13 +268,14 @@ class BaselineEstimator(Estimator):
     def _fit(self, rows: list[ThroughputRow], feats: Features, log_y: np.ndarray) -> None:
         self._scaled: dict[tuple[str, int | None, int], list[float]] = defaultdict(list)
         for row, y, speed in zip(rows, log_y, feats.log_speed, strict=True):
-            self._scaled[(model_key(row.model), row.batch_size, row.num_gpus)].append(float(y - speed))
+            key = (workload_key(row.model, row.precision), row.batch_size, row.num_gpus)
+            self._scaled[key].append(float(y - speed))
         self._prior_spread = float(np.std(log_y - feats.prior))
 
     def _predict(self, queries: Sequence[Query], feats: Features) -> tuple[np.ndarray, np.ndarray]:
         mean, spread = feats.prior.copy(), np.full(len(queries), self._prior_spread)
         for i, q in enumerate(queries):
-            scaled = self._scaled.get((model_key(q.model), q.batch_size, q.num_gpus))
+            scaled = self._scaled.get((workload_key(q.model, q.precision), q.batch_size, q.num_gpus))
             if scaled:
                 mean[i] = float(np.mean(scaled)) + feats.log_speed[i]
                 if len(scaled) > 1:

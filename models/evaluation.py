@@ -25,7 +25,7 @@ import numpy as np
 from cpn.formats.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Estimator, Prediction, make_estimator
-from models.features import PredictorInputError, Query, model_key, query_of
+from models.features import PredictorInputError, Query, model_key, query_of, workload_key
 
 SPLITS = ("random", "leave_gpu_out", "leave_model_out")
 """Splits every evaluation reports."""
@@ -50,7 +50,7 @@ class Target:
 
 def config_key(row: ThroughputRow) -> tuple[str, int | None, str, int]:
     """What makes two rows the same configuration."""
-    return model_key(row.model), row.batch_size, row.gpu_type, row.num_gpus
+    return workload_key(row.model, row.precision), row.batch_size, row.gpu_type, row.num_gpus
 
 
 def folds(rows: Sequence[ThroughputRow], split: str, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:

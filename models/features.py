@@ -43,8 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cpn.formats.throughput import ThroughputRow, ThroughputTable
+from cpn.formats.throughput import ThroughputRow, ThroughputTable, normalise_precision
 from models.benchmarks import BenchmarkCatalog, GpuProfile
+from models.physical import PhysicalPrior, log_batch_of
 
 NEIGHBOUR_FEATURES = (
     "nb_rect_count",
@@ -99,9 +100,15 @@ class Query:
     num_gpus: int
     node: str | None = None
     """Node whose own benchmark scores to use, if it has some."""
+    precision: str = "fp32"
+    """Training precision (`fp32`, `fp16`, `bf16`; other spellings as the throughput table reads them)."""
 
     def __post_init__(self) -> None:
         model_key(self.model)
+        try:
+            object.__setattr__(self, "precision", normalise_precision(self.precision))
+        except ValueError as exc:
+            raise PredictorInputError(f"{self.model}: {exc}") from None
         if self.batch_size is not None:
             _positive_int(self.batch_size, f"{self.model}: batch_size")
         _positive_int(self.num_gpus, f"{self.model}: num_gpus")
@@ -113,7 +120,14 @@ class Query:
 
 def query_of(row: ThroughputRow) -> Query:
     """The query a measured row answers."""
-    return Query(row.model, row.batch_size, row.gpu_type, row.num_gpus)
+    return Query(row.model, row.batch_size, row.gpu_type, row.num_gpus, precision=row.precision)
+
+
+def workload_key(model: str, precision: str = "fp32") -> str:
+    """What the predictor learns one throughput curve for: the model, and its precision unless fp32
+    (`resnet50`, `resnet50@fp16`): mixed precision changes how a model's speed moves with the card."""
+    key = model_key(model)
+    return key if precision == "fp32" else f"{key}@{precision}"
 
 
 def training_rows(table: ThroughputTable | Sequence[ThroughputRow]) -> list[ThroughputRow]:
@@ -153,7 +167,8 @@ class Features:
     def local_X(self) -> np.ndarray:
         """Design matrix of the local model: X, neighbour estimates relative to the local prior, kind."""
         rel = self.neighbours - self.local_prior[:, None]
-        return np.hstack([self.X, rel, self.local_kind[:, None].astype(float)])
+        prior_rel = (self.prior - self.local_prior)[:, None]
+        return np.hstack([self.X, rel, prior_rel, self.local_kind[:, None].astype(float)])
 
 
 class FeatureBuilder:
@@ -186,7 +201,7 @@ class FeatureBuilder:
     @property
     def local_feature_names(self) -> list[str]:
         """Column names of `Features.local_X()`."""
-        return [*self.feature_names, *(f"{n}_rel" for n in NEIGHBOUR_FEATURES), "local_kind"]
+        return [*self.feature_names, *(f"{n}_rel" for n in NEIGHBOUR_FEATURES), "prior_rel", "local_kind"]
 
     @property
     def feature_names(self) -> list[str]:
@@ -212,7 +227,7 @@ class FeatureBuilder:
                 raise PredictorInputError(f"training row {row}: steps_per_sec must be positive and finite")
             q = query_of(row)
             profile = self._profile(q.gpu_type)
-            sums[(model_key(q.model), q.batch_size)].append(
+            sums[(workload_key(q.model, q.precision), q.batch_size)].append(
                 math.log(row.steps_per_sec) - profile.log_speed - math.log(q.num_gpus)
             )
         self._refs = {k: float(np.mean(v)) for k, v in sums.items()}
@@ -230,7 +245,25 @@ class FeatureBuilder:
         }
         self.models = tuple(sorted({m for m, _ in self._refs}))
         self._fit_neighbours(rows)
+        queries = [query_of(r) for r in rows]
+        inputs = self._physical_inputs(queries, [self._profile(q.gpu_type) for q in queries])
+        log_samples = np.log([r.steps_per_sec for r in rows]) + inputs[1]
+        self.physical = PhysicalPrior().fit(*inputs, log_samples)
         return self
+
+    @staticmethod
+    def _physical_inputs(queries: Sequence[Query], profiles: Sequence[GpuProfile]) -> tuple:
+        """Arguments of PhysicalPrior.fit/predict for `queries` on their GPUs' `profiles`."""
+        log_scores = np.log([p.scores for p in profiles])
+        specs = np.array([(p.mem_bw_gbps, p.fp32_tflops, p.memory_gb) for p in profiles], dtype=float)
+        return (
+            PhysicalPrior.gpu_block(log_scores, specs),
+            np.array([log_batch_of(q.batch_size) for q in queries]),
+            np.log([q.num_gpus for q in queries]),
+            [q.precision for q in queries],
+            [workload_key(q.model, q.precision) for q in queries],
+            [model_key(q.model) for q in queries],
+        )
 
     def _fit_neighbours(self, rows: Sequence[ThroughputRow]) -> None:
         """Index the measured log steps/s by configuration for the neighbour features."""
@@ -239,7 +272,7 @@ class FeatureBuilder:
         for row in rows:
             q = query_of(row)
             profile = self._profile(q.gpu_type)
-            key = model_key(q.model)
+            key = workload_key(q.model, q.precision)
             values[(key, q.batch_size, profile.key, q.num_gpus)].append(math.log(row.steps_per_sec))
             part = parts[(key, q.batch_size)].setdefault((profile.key, q.num_gpus), [0.0, 0])
             part[0] += math.log(row.steps_per_sec) - profile.log_speed - math.log(q.num_gpus)
@@ -399,7 +432,6 @@ class FeatureBuilder:
             raise PredictorInputError("FeatureBuilder.transform called before fit")
         n_gpu = 3 + len(self.catalog.workloads)
         X = np.zeros((len(queries), 3 + n_gpu + len(self.models)))
-        prior = np.empty(len(queries))
         log_speed = np.empty(len(queries))
         seen = np.empty(len(queries), dtype=bool)
         neighbours = np.empty((len(queries), len(NEIGHBOUR_FEATURES)))
@@ -409,8 +441,9 @@ class FeatureBuilder:
         no_neighbours = ([math.nan] * len(NEIGHBOUR_FEATURES), math.nan, 0)
         column = {m: 3 + n_gpu + i for i, m in enumerate(self.models)}
         gpu_cache: dict[tuple[str, str | None], tuple[GpuProfile, list[float]]] = {}
+        profiles = []
         for i, q in enumerate(queries):
-            key = model_key(q.model)
+            key = workload_key(q.model, q.precision)
             cached = gpu_cache.get((q.gpu_type, q.node))
             if cached is None:
                 p = self._profile(q.gpu_type, q.node)
@@ -422,6 +455,7 @@ class FeatureBuilder:
                 ]
                 cached = gpu_cache[(q.gpu_type, q.node)] = (p, vec)
             profile, gpu_vec = cached
+            profiles.append(profile)
             ref = self._ref(key, q.batch_size)
             X[i, 0] = math.log(q.batch_size) if q.batch_size is not None else np.nan
             X[i, 1] = math.log(q.num_gpus)
@@ -431,7 +465,6 @@ class FeatureBuilder:
             if seen[i]:
                 X[i, column[key]] = 1.0
             log_speed[i] = profile.log_speed
-            prior[i] = ref + profile.log_speed + math.log(q.num_gpus)
             nb_key = (key, q.batch_size, profile.key, q.num_gpus)
             cached_nb = nb_cache.get(nb_key) if with_neighbours else no_neighbours
             if cached_nb is None:
@@ -440,6 +473,8 @@ class FeatureBuilder:
                 if nb_key in self._measured:
                     nb_cache[nb_key] = cached_nb
             neighbours[i], local_prior[i], local_kind[i] = cached_nb
+        inputs = self._physical_inputs(queries, profiles)
+        prior = self.physical.predict(*inputs) - inputs[1]
         return Features(X, prior, log_speed, seen, neighbours, local_prior, local_kind)
 
     def with_catalog(self, catalog: BenchmarkCatalog) -> FeatureBuilder:

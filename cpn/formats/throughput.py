@@ -2,7 +2,14 @@
 
 The simulator's ground truth and the predictor's training data. Gavel's table
 names the GPU column `gpu_type` and adds `placement` (consolidated on one node
-or spread); both spellings are read. Extra columns are ignored. Header names are
+or spread); both spellings are read. Optional `precision` (fp32, fp16/amp, bf16) and
+`samples_per_sec` columns; other extra columns are ignored.
+
+Conventions (docs/formats.md): `batch_size` is per GPU, and `steps_per_sec` counts every worker's
+steps, so that samples/s = steps_per_sec x batch_size whatever the GPU count. A table whose rows
+give `samples_per_sec` has its steps/s taken from it (samples_per_sec / batch_size); its
+`steps_per_sec` column may be empty, or counted per synchronous step of the whole gang
+(samples_per_sec / (batch_size x num_gpus)), as Lambda's benchmarks count it. Header names are
 matched ignoring case and spaces; UTF-8 with or without a byte-order mark, CRLF line
 ends, `;`- or tab-separated exports and whole numbers written `64.0` are read. A value
 that is malformed (not a number, negative, NaN, a fraction of a GPU, a row with too few
@@ -47,6 +54,8 @@ class ThroughputRow:
     num_gpus: int
     steps_per_sec: float
     consolidated: bool = True
+    precision: str = "fp32"
+    """Training precision: `fp32`, `fp16` (also mixed precision/AMP) or `bf16`."""
     source: str | None = field(default=None, compare=False, repr=False)
     """Where the row was read (`file:line`), for error messages; None for rows made in code."""
 
@@ -55,6 +64,53 @@ COLUMNS = ("model", "batch_size", "gpu_product", "num_gpus", "steps_per_sec")
 """Required columns (DESIGN.md); `gpu_type` may stand for `gpu_product`, `placement` is optional."""
 
 PLACEMENTS = ("consolidated", "unconsolidated")
+
+PRECISIONS = {
+    "fp32": "fp32",
+    "tf32": "fp32",
+    "float32": "fp32",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "amp": "fp16",
+    "mixed": "fp16",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+}
+"""Spellings of the `precision` column -> precision (an empty cell is fp32)."""
+
+
+def normalise_precision(value: str | None) -> str:
+    """`fp32`, `fp16` or `bf16` from any spelling in PRECISIONS (empty: fp32); ValueError otherwise."""
+    text = (value or "").strip().lower()
+    if not text:
+        return "fp32"
+    if text not in PRECISIONS:
+        raise ValueError(f"column precision: {value!r} is not one of {', '.join(PRECISIONS)} (or empty)")
+    return PRECISIONS[text]
+
+
+def _rate(value: str, batch_size: int | None, num_gpus: int, given: float | None) -> float:
+    """steps/s (every worker's steps) from a samples_per_sec cell; checks a given steps_per_sec agrees."""
+    text = value.strip()
+    try:
+        samples = float(text)
+    except ValueError:
+        raise ValueError(f"column samples_per_sec: {text!r} is not a number") from None
+    if not math.isfinite(samples) or samples < 0:
+        raise ValueError(f"column samples_per_sec: must be a finite number >= 0, got {text!r}")
+    if batch_size is None:
+        raise ValueError("column samples_per_sec: needs a batch_size to give steps/s")
+    steps = samples / batch_size
+    if given is not None and samples > 0:
+        per_gang = steps / num_gpus
+        if not (math.isclose(given, steps, rel_tol=0.02) or math.isclose(given, per_gang, rel_tol=0.02)):
+            raise ValueError(
+                f"columns steps_per_sec {given:g} and samples_per_sec {samples:g} disagree: with batch_size "
+                f"{batch_size} per GPU, steps_per_sec is {steps:g} (every worker's steps) or {per_gang:g} "
+                "(steps of the whole gang); fix one or leave steps_per_sec empty"
+            )
+    return steps
 
 
 def _column_name(name: str | None) -> str:
@@ -135,6 +191,8 @@ def _header(path: Path, fieldnames: Sequence[str] | None) -> dict[str, int]:
         index[name] = i
     if "gpu_product" not in index and "gpu_type" in index:
         index["gpu_product"] = index["gpu_type"]
+    if "samples_per_sec" in index:  # steps/s then come from samples/s
+        index.setdefault("steps_per_sec", index["samples_per_sec"])
     missing = [c for c in COLUMNS if c not in index]
     if missing:
         hints = []
@@ -158,9 +216,10 @@ class ThroughputTable:
         self.rows = tuple(rows)
         self._index: dict[tuple, float] = {}
         for r in rows:
-            self._index[(r.model.lower(), r.batch_size, r.gpu_type, r.num_gpus, r.consolidated)] = (
-                r.steps_per_sec
-            )
+            if r.precision == "fp32":  # the simulator's lookups are fp32 training
+                self._index[(r.model.lower(), r.batch_size, r.gpu_type, r.num_gpus, r.consolidated)] = (
+                    r.steps_per_sec
+                )
 
     @classmethod
     def load(cls, path: Path | str = GAVEL_ISOLATED) -> ThroughputTable:
@@ -209,13 +268,21 @@ class ThroughputTable:
                 gpu = rec[col["gpu_product"]]
                 if not gpu.strip():
                     raise ValueError(f"column {header[col['gpu_product']].strip()}: empty GPU product name")
+                batch, num_gpus = _batch(rec[col["batch_size"]]), _whole(rec[col["num_gpus"]], "num_gpus")
+                samples = rec[col["samples_per_sec"]] if "samples_per_sec" in col else ""
+                if samples.strip():
+                    given = rec[col["steps_per_sec"]]
+                    steps = _rate(samples, batch, num_gpus, _steps(given) if given.strip() else None)
+                else:
+                    steps = _steps(rec[col["steps_per_sec"]])
                 row = ThroughputRow(
                     model=_model(rec[col["model"]]),
-                    batch_size=_batch(rec[col["batch_size"]]),
+                    batch_size=batch,
                     gpu_type=canonical_gpu(gpu),
-                    num_gpus=_whole(rec[col["num_gpus"]], "num_gpus"),
-                    steps_per_sec=_steps(rec[col["steps_per_sec"]]),
+                    num_gpus=num_gpus,
+                    steps_per_sec=steps,
                     consolidated=_consolidated(rec[col["placement"]] if "placement" in col else None),
+                    precision=normalise_precision(rec[col["precision"]] if "precision" in col else None),
                     source=where,
                 )
             except ValueError as exc:

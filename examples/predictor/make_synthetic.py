@@ -26,8 +26,8 @@ GPUS = {
     "NVIDIA L4": ("l4", 1.6, (24, 300, 30.3)),
     "NVIDIA A10G": ("a10g", 1.9, (24, 600, 31.2)),
     "NVIDIA GeForce RTX 4090": ("rtx4090", 3.3, (24, 1008, 82.6)),
-    "NVIDIA-A100-SXM4-80GB": ("a100", 4.0, (80, 2039, 19.5)),
-    "NVIDIA H100 80GB HBM3": ("h100", 7.0, (80, 3350, 67.0)),
+    "NVIDIA-A100-SXM4-80GB": ("a100-sxm4-80gb", 4.0, (80, 2039, 19.5)),
+    "NVIDIA H100 80GB HBM3": ("h100-80gb-hbm3", 7.0, (80, 3350, 67.0)),
 }
 # model -> (ref steps/s at batch 32 on speed 1, batch sizes (None = fixed batch), alpha, beta, scaling)
 MODELS = {

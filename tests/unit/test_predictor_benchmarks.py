@@ -10,6 +10,7 @@ import re
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from cli.predictor import register
 from config.benchmarks import BENCHMARKS_YAML, BenchmarksConfig, dump_benchmarks, load_benchmarks
@@ -62,7 +63,7 @@ def test_every_workload_must_be_scored(tmp_path):
     [
         (lambda d: d["gpus"]["v100"]["scores"].update(bert=1.0), "unknown workload"),
         (lambda d: d["gpus"]["v100"]["scores"].update(resnet50=0), "greater than 0"),
-        (lambda d: d["gpus"].update({"Tesla V100": d["gpus"]["v100"]}), "should match pattern"),
+        (lambda d: d["gpus"].update({"V100 [16GB]!": d["gpus"]["v100"]}), "is not a GPU product name"),
         (lambda d: d.update(nodes={"n1": {"gpu": "h100", "scores": {}}}), "is not a key of gpus"),
         (lambda d: d.update(typo=1), "Extra inputs are not permitted"),
     ],
@@ -85,9 +86,33 @@ def test_a_new_product_without_specs_has_missing_spec_features_and_says_so():
 
 
 def test_a_user_file_adds_a_product_the_project_never_saw():
-    cat = catalog({"k80": 1.0, "h100": 30.0})
-    assert cat.find("NVIDIA-H100-80GB-HBM3").key == "h100"
+    cat = catalog({"k80": 1.0, "NVIDIA-H100-80GB-HBM3": 30.0})
+    assert cat.find("NVIDIA H100 80GB HBM3").key == "h100-80gb-hbm3"
+    assert cat.find("NVIDIA-H100-PCIe") is None  # another variant: not the same GPU type
     assert cat.find("a100") is None
+
+
+def test_two_spellings_of_one_product_in_a_file_are_refused():
+    data = benchmarks_dict()
+    data["gpus"]["Tesla-V100-SXM2-16GB"] = data["gpus"]["v100"]
+    with pytest.raises(BenchmarkError, match=r"gpus.Tesla-V100-SXM2-16GB and gpus.v100 name one GPU product"):
+        BenchmarkCatalog(BenchmarksConfig.model_validate(data))
+
+
+def test_a_file_mixing_scoring_methods_is_refused():
+    data = benchmarks_dict()
+    data["workloads"]["llama3"]["method"] = "cpn-bench/1"
+    with pytest.raises(ValidationError, match="scored by 2 methods"):
+        BenchmarksConfig.model_validate(data)
+
+
+def test_specs_come_from_the_label_keyed_specs_table():
+    data = benchmarks_dict({"v100": 1.0, "NVIDIA-A100-PCIE-40GB": 3.0, "NVIDIA-A100-SXM4-80GB": 4.0})
+    for entry in data["gpus"].values():
+        entry.pop("spec")
+    cat = BenchmarkCatalog(BenchmarksConfig.model_validate(data))
+    assert cat.find("NVIDIA-A100-PCIE-40GB").memory_gb == 40  # data/gpus/specs.csv
+    assert cat.find("NVIDIA-A100-SXM4-80GB").memory_gb == 80
 
 
 def test_node_scores_override_their_product():
@@ -154,11 +179,15 @@ def test_merge_keeps_every_node_and_the_median_per_product():
         + _results("d", "Tesla-P100-PCIE-16GB", 0.5)
     )
     merged = merge_results(results)
-    assert merged.gpus["v100"].scores == {"resnet50": 200.0, "yolov8m": 40.0, "llama3": 2000.0}
-    assert merged.nodes["b"].gpu == "v100" and merged.nodes["b"].scores["resnet50"] == 300.0
+    # The PCIe card is a product of its own: nodes a and c make the SXM2 card's median.
+    sxm2 = merged.gpus["Tesla-V100-SXM2-16GB"]
+    assert sxm2.scores == {"resnet50": 150.0, "yolov8m": 30.0, "llama3": 1500.0}
+    assert merged.nodes["b"].gpu == "Tesla V100-PCIE-16GB" and merged.nodes["b"].scores["resnet50"] == 300.0
     assert merged.workloads["llama3"].unit == "tokens/s"
-    cat = BenchmarkCatalog(merged)  # p100 and v100 take their specs from devices.csv
-    assert cat.find("v100", node="b").scores == (300.0, 60.0, 3000.0)
+    cat = BenchmarkCatalog(merged)
+    assert cat.find("Tesla-V100-PCIE-16GB", node="b").scores == (300.0, 60.0, 3000.0)
+    assert cat.find("Tesla V100-SXM2-16GB").scores == (150.0, 30.0, 1500.0)
+    assert cat.find("v100").mem_bw_gbps == 900  # data/gpus/specs.csv
 
 
 def test_merge_refuses_scores_measured_another_way():
@@ -167,7 +196,7 @@ def test_merge_refuses_scores_measured_another_way():
 
 
 def test_merge_reports_products_left_without_a_workload():
-    with pytest.raises(BenchmarkError, match=r"gpus\.t4: no score for workload\(s\) \['llama3'\]"):
+    with pytest.raises(BenchmarkError, match=r"gpus\.T4: no score for workload\(s\) \['llama3'\]"):
         merge_results(_results("a", "V100", 1.0) + _results("c", "T4", 1.0)[:2])
 
 
@@ -198,8 +227,9 @@ def test_cpn_predictor_ingest_writes_a_benchmarks_file(tmp_path, capsys):
     args = parser.parse_args(argv)
     assert args.func(args) == 0
     config = load_benchmarks(out)
-    assert set(config.gpus) == {"v100", "h100"} and set(config.nodes) == {"n1", "n2"}
-    assert "gpus.h100: no spec" in capsys.readouterr().err  # devices.csv has no H100: say so
+    assert set(config.gpus) == {"Tesla-V100-SXM2-16GB", "NVIDIA-H100-80GB-HBM3"}
+    assert set(config.nodes) == {"n1", "n2"}
+    assert "no spec" not in capsys.readouterr().err  # data/gpus/specs.csv has both
 
     args = parser.parse_args(["predictor", "ingest", str(tmp_path / "missing.log"), "--out", str(out)])
     assert args.func(args) == 2

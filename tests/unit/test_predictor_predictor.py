@@ -86,9 +86,11 @@ def test_estimate_many_covers_every_pair_and_agrees_with_estimate(predictor):
 
 
 def test_a_new_catalog_adds_gpu_types_without_retraining(predictor):
-    bigger = predictor.with_catalog(catalog({"k80": 1.0, "p100": 4.0, "v100": 7.0, "h100": 20.0}))
+    bigger = predictor.with_catalog(
+        catalog({"k80": 1.0, "p100": 4.0, "v100": 7.0, "NVIDIA-H100-80GB-HBM3": 20.0})
+    )
     job = JobSpec(job_id="ns/f", model="LM", batch_size=20, total_steps=1000)
-    assert bigger.estimate(job, "H100-SXM5-80GB").runtime_s < bigger.estimate(job, "v100").runtime_s
+    assert bigger.estimate(job, "NVIDIA H100 80GB HBM3").runtime_s < bigger.estimate(job, "v100").runtime_s
 
 
 def test_memory_model_rules():

@@ -32,10 +32,10 @@ from models.registry import holdout_split
 # GPU types cpn's data has never seen, as a user's table spells them -> (key, speed, spec or None).
 GPUS = {
     "Tesla T4": ("t4", 1.0, None),  # devices.csv has a T4 row
-    "NVIDIA L4": ("l4", 1.6, None),  # no spec anywhere
+    "NVIDIA A2": ("a2", 1.6, None),  # no spec anywhere
     "NVIDIA GeForce RTX 4090": ("rtx4090", 3.3, (24, 1008, 82.6)),
-    "NVIDIA-A100-SXM4-80GB": ("a100", 4.0, (80, 2039, 19.5)),
-    "NVIDIA H100 80GB HBM3": ("h100", 7.0, (80, 3350, 67.0)),
+    "NVIDIA-A100-SXM4-80GB": ("a100-sxm4-80gb", 4.0, (80, 2039, 19.5)),
+    "NVIDIA H100 80GB HBM3": ("h100-80gb-hbm3", 7.0, (80, 3350, 67.0)),
 }
 MODELS = {"ResNet-50": (4.0, (32, 64)), "BERT-base": (6.0, (16, 32)), "PPO": (20.0, (None,))}
 HEADER = "model,batch_size,gpu_product,num_gpus,steps_per_sec"
@@ -102,9 +102,9 @@ def _cli(argv: list[str]) -> int:
         ("NVIDIA GeForce RTX 4090", "rtx4090"),  # was rtx-4090, which no benchmarks key can match
         ("RTX-4090", "rtx4090"),
         ("rtx4090", "rtx4090"),
-        ("NVIDIA A100 (80GB)", "a100"),  # punctuation separates words
+        ("NVIDIA A100 (80GB)", "a100-80gb"),  # punctuation separates words; memory stays
         ("AMD Instinct MI250X", "mi250x"),
-        ("NVIDIA RTX A6000", "rtxa6000"),
+        ("NVIDIA RTX A6000", "rtx-a6000"),
     ],
 )
 def test_gpu_names_join_their_words_so_every_spelling_meets(spelling, key):
@@ -112,7 +112,7 @@ def test_gpu_names_join_their_words_so_every_spelling_meets(spelling, key):
 
 
 def test_a_gpu_name_without_a_model_number_is_an_error():
-    with pytest.raises(ValueError, match="no model number"):
+    with pytest.raises(ValueError, match="names no product"):
         canonical_gpu("---")
 
 
@@ -212,7 +212,7 @@ def test_an_unreadable_table_says_what_is_wrong(tmp_path, content, message):
 
 
 def test_rows_remember_where_they_were_read(tmp_path):
-    path = write_table(tmp_path / "t.csv", ["ResNet-50,32,Tesla T4,2,7.5", "", "PPO,,NVIDIA L4,1,30"])
+    path = write_table(tmp_path / "t.csv", ["ResNet-50,32,Tesla T4,2,7.5", "", "PPO,,NVIDIA A2,1,30"])
     assert [r.source for r in ThroughputTable.load(path)] == [f"{path}:2", f"{path}:4"]
 
 
@@ -221,29 +221,29 @@ def test_rows_remember_where_they_were_read(tmp_path):
 
 def test_a_gpu_without_specs_is_served_with_missing_spec_features(tmp_path):
     cat = catalog_of()
-    assert cat.find("NVIDIA L4").key == "l4" and math.isnan(cat.find("l4").fp32_tflops)
+    assert cat.find("NVIDIA A2").key == "a2" and math.isnan(cat.find("a2").fp32_tflops)
     assert cat.find("Tesla T4").mem_bw_gbps == 320  # devices.csv fills what the file leaves out
-    assert set(cat.missing_specs) == {"l4"}
-    assert "gpus.l4: no spec figure memory_gb, mem_bw_gbps, fp32_tflops" in cat.spec_warning()
+    assert set(cat.missing_specs) == {"a2"}
+    assert "gpus.a2: no spec figure memory_gb, mem_bw_gbps, fp32_tflops" in cat.spec_warning()
 
 
 def test_a_partial_spec_takes_the_rest_from_devices_csv_else_leaves_it_missing():
     data = bench_dict()
     data["gpus"]["t4"]["spec"] = {"memory_gb": 15, "source": "nvidia-smi"}
-    data["gpus"]["a100"]["spec"] = {"fp32_tflops": 19.5, "source": "datasheet"}
+    data["gpus"]["a2"]["spec"] = {"fp32_tflops": 4.5, "source": "datasheet"}
     cat = catalog_of(data)
-    t4, a100 = cat.find("t4"), cat.find("a100")
+    t4, a2 = cat.find("t4"), cat.find("a2")
     assert (t4.memory_gb, t4.mem_bw_gbps, t4.fp32_tflops) == (15, 320, 8.1)
-    assert a100.fp32_tflops == 19.5 and math.isnan(a100.memory_gb)
-    assert cat.missing_specs["a100"] == ("memory_gb", "mem_bw_gbps")
+    assert a2.fp32_tflops == 4.5 and math.isnan(a2.memory_gb)
+    assert cat.missing_specs["a2"] == ("memory_gb", "mem_bw_gbps")
 
 
 @pytest.mark.parametrize("name", ["rf", "xgb"])
 def test_forests_train_and_predict_a_new_gpu_whose_specs_are_unknown(name):
     rows = training_rows(ThroughputTable(_synthetic_rows()))
     params = {"rf": {"n_estimators": 30}, "xgb": {"n_estimators": 50, "members": 2}}[name]
-    est = make_estimator(name, catalog_of(), **params).fit([r for r in rows if r.gpu_type != "l4"])
-    held = [r for r in rows if r.gpu_type == "l4"]
+    est = make_estimator(name, catalog_of(), **params).fit([r for r in rows if r.gpu_type != "a2"])
+    held = [r for r in rows if r.gpu_type == "a2"]
     pred = est.predict([query_of(r) for r in held])
     actual = np.array([r.steps_per_sec for r in held])
     assert np.isfinite(pred.log_steps_per_sec).all() and np.isfinite(pred.log_spread).all()
@@ -262,15 +262,18 @@ def _synthetic_rows():
     ]
 
 
-def test_a_non_canonical_gpu_key_says_what_to_write(tmp_path):
+def test_a_gpu_key_may_be_any_spelling_of_the_label_but_only_one(tmp_path):
     data = bench_dict()
-    data["gpus"]["A100"] = data["gpus"].pop("a100")
-    with pytest.raises(ConfigError, match=r"b\.yaml: gpus: .*GPU key 'A100' is not canonical.*e\.g\. a100"):
-        load_benchmarks(write_bench(tmp_path / "b.yaml", data))
-    data["gpus"]["rtx-4090"] = data["gpus"].pop("rtx4090")
-    data["gpus"]["a100"] = data["gpus"].pop("A100")
+    data["gpus"]["NVIDIA-A100-SXM4-80GB"] = data["gpus"].pop("a100-sxm4-80gb")
+    assert "a100-sxm4-80gb" in BenchmarkCatalog.load(write_bench(tmp_path / "b.yaml", data)).gpu_types()
+    data["gpus"]["A100 <80GB>"] = data["gpus"]["NVIDIA-A100-SXM4-80GB"]
     with pytest.raises(
-        BenchmarkError, match=r"b\.yaml: gpus\.rtx-4090: not a canonical GPU key; write 'rtx4090'"
+        ConfigError, match=r"b\.yaml: gpus: .*GPU key 'A100 <80GB>' is not a GPU product name"
+    ):
+        load_benchmarks(write_bench(tmp_path / "b.yaml", data))
+    data["gpus"]["rtx-4090"] = data["gpus"].pop("A100 <80GB>")
+    with pytest.raises(
+        BenchmarkError, match=r"b\.yaml: gpus\.rtx4090 and gpus\.rtx-4090 name one GPU product"
     ):
         BenchmarkCatalog.load(write_bench(tmp_path / "b.yaml", data))
 
@@ -286,11 +289,15 @@ def test_an_unreadable_benchmarks_path_is_a_config_error(tmp_path):
 def test_splits_the_data_cannot_support_are_skipped_with_the_reason(tmp_path):
     one_gpu = training_rows(
         ThroughputTable.load(
-            write_table(tmp_path / "a.csv", table_lines({"NVIDIA H100": ("h100", 7.0, None)}))
+            write_table(
+                tmp_path / "a.csv", table_lines({"NVIDIA H100 80GB HBM3": ("h100-80gb-hbm3", 7.0, None)})
+            )
         )
     )
     report = bench(one_gpu, catalog_of(), ["baseline"])
-    assert report["skipped_reasons"] == {"leave_gpu_out": "needs >= 2 GPU types, the data has 1 (h100)"}
+    assert report["skipped_reasons"] == {
+        "leave_gpu_out": "needs >= 2 GPU types, the data has 1 (h100-80gb-hbm3)"
+    }
     assert "leave_gpu_out    (skipped: needs >= 2 GPU types" in format_report(report)
 
     three = training_rows(ThroughputTable.load(write_table(tmp_path / "b.csv", table_lines()[:3])))
@@ -302,7 +309,7 @@ def test_splits_the_data_cannot_support_are_skipped_with_the_reason(tmp_path):
 
 def test_an_external_row_the_model_cannot_take_is_named_by_file_and_line(tmp_path):
     rows = training_rows(ThroughputTable.load(write_table(tmp_path / "a.csv")))
-    test = write_table(tmp_path / "test.csv", ["ResNet-50,32,NVIDIA L4,1,5", "PPO,64,NVIDIA L4,1,20"])
+    test = write_table(tmp_path / "test.csv", ["ResNet-50,32,NVIDIA A2,1,5", "PPO,64,NVIDIA A2,1,20"])
     with pytest.raises(PredictorInputError, match=rf"{test}:3: model 'ppo' runs at a fixed batch"):
         bench(rows, catalog_of(), ["baseline"], test_rows=training_rows(ThroughputTable.load(test)))
 
@@ -327,9 +334,14 @@ def test_cpn_bench_predictor_on_gpu_types_and_spellings_the_repo_never_saw(tmp_p
         == 0
     )
     captured = capsys.readouterr()
-    assert "warning:" in captured.err and "gpus.l4: no spec" in captured.err
+    assert "warning:" in captured.err and "gpus.a2: no spec" in captured.err
     report = json.loads(out.read_text())
-    assert set(report["splits"]["leave_gpu_out"]["baseline"]["per_gpu"]) == {"t4", "l4", "rtx4090", "a100"}
+    assert set(report["splits"]["leave_gpu_out"]["baseline"]["per_gpu"]) == {
+        "t4",
+        "a2",
+        "rtx4090",
+        "a100-sxm4-80gb",
+    }
     assert report["splits"]["external"]["baseline"]["mape"] < 0.01
 
 
@@ -343,7 +355,8 @@ def test_cpn_bench_predictor_on_gpu_types_and_spellings_the_repo_never_saw(tmp_p
         ([], "no usable rows (0 data rows"),
         (
             [*table_lines(), "PPO,,AMD Instinct MI250,1,3"],
-            "unknown GPU type 'mi250' (1 row, first at {data}:77). {bench} scores only a100, h100, l4",
+            "unknown GPU type 'mi250' (1 row, first at {data}:77). "
+            "{bench} scores only a100-sxm4-80gb, a2, h100-80gb-hbm3",
         ),
     ],
 )
@@ -369,14 +382,14 @@ def test_cpn_bench_predictor_checks_outputs_and_paths_before_working(tmp_path, c
 def test_cpn_predictor_ingest_makes_folders_and_refuses_binary_logs(tmp_path, capsys):
     line = (
         'CPN_BENCH {{"workload": "{w}", "score": 800, "unit": "u/s", "method": "m", '
-        '"gpu_product": "NVIDIA GeForce RTX 4090", "node": "n1"}}'
+        '"gpu_product": "NVIDIA GeForce RTX 5090", "node": "n1"}}'
     )
     log = tmp_path / "n1.log"
     log.write_text("\n".join(line.format(w=w) for w in ("resnet50", "llama3")))
     out = tmp_path / "new" / "dir" / "b.yaml"
     assert _cli(["predictor", "ingest", str(log), "--out", str(out)]) == 0
-    assert set(load_benchmarks(out).gpus) == {"rtx4090"}
-    assert "gpus.rtx4090: no spec" in capsys.readouterr().err  # a warning: the file is usable as it is
+    assert set(load_benchmarks(out).gpus) == {"NVIDIA GeForce RTX 5090"}  # as the job reported it
+    assert "gpus.rtx5090: no spec" in capsys.readouterr().err  # a warning: the file is usable as it is
     (tmp_path / "bin.log").write_bytes(b"\xff\xfe\x00")
     assert _cli(["predictor", "ingest", str(tmp_path / "bin.log"), "--out", str(out)]) == 2
     assert "bin.log: not a text log" in capsys.readouterr().err
