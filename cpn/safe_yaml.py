@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
@@ -98,6 +99,16 @@ def clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters)"
 
 
+_STR, _INT, _FLOAT, _BOOL, _NULL, _SEQ, _MAP, _TIMESTAMP, _MERGE = (
+    f"tag:yaml.org,2002:{t}"
+    for t in ("str", "int", "float", "bool", "null", "seq", "map", "timestamp", "merge")
+)
+
+
+def _short(key: object) -> str:
+    return repr(clip(key, 60)) if isinstance(key, str) else clip(repr(key), 60)
+
+
 _CACHED_VALUE_CHARS = 64
 """Scalars up to this long have their implicit tag cached (keys and short values repeat in every manifest)."""
 
@@ -116,14 +127,125 @@ class _FastResolver(Resolver):
         return super().resolve(kind, value, implicit)
 
 
+class _NeedNodes(Exception):
+    """The document has an explicit tag or a merge key: build it through nodes and PyYAML's constructor."""
+
+
 class _Composer:
-    """PyYAML's Composer with the checks of the module docstring, composing from the parser's events."""
+    """PyYAML's Composer with the checks of the module docstring, composing from the parser's events.
+
+    Two ways: `get_single_value` builds Python data straight from the events (the
+    common case, no node tree), `get_single_node` builds nodes for PyYAML's own
+    constructor (documents with explicit tags or merge keys). Both apply the same checks.
+    """
 
     def __init__(self, budget: Budget) -> None:
         self.budget = budget
         self.anchors: dict[str, Node] = {}
+        self._objects: dict[str, object] = {}
         self._sizes: dict[str, tuple[int, int]] = {}
         self._depth = 0
+
+    def get_single_value(self) -> object:
+        """The document's data, built from the events; _NeedNodes when it needs PyYAML's constructor."""
+        self.get_event()  # stream start
+        value = None
+        if type(self.peek_event()) is not yaml.StreamEndEvent:
+            self.get_event()  # document start
+            value = self._value()
+            self.get_event()  # document end
+        if type(self.peek_event()) is not yaml.StreamEndEvent:
+            event = self.get_event()
+            raise yaml.composer.ComposerError(
+                "expected a single document", None, "but found another document", event.start_mark
+            )
+        self.get_event()
+        return value
+
+    def _value(self) -> object:
+        event = self.get_event()
+        kind = type(event)
+        if kind is AliasEvent:
+            return self._alias(event, self._objects)
+        if event.tag is not None and event.tag != "!":
+            raise _NeedNodes
+        anchor = event.anchor
+        if anchor is not None and anchor in self._objects:
+            raise yaml.composer.ComposerError(None, None, "found duplicate anchor", event.start_mark)
+        budget = self.budget
+        before = (budget.nodes, budget.chars)
+        if kind is ScalarEvent:
+            value = self._checked_scalar(event)
+            tag = self.resolve(ScalarNode, value, event.implicit)
+            if tag != _STR and tag != _TIMESTAMP:  # timestamps stay strings
+                if tag == _MERGE:
+                    raise _NeedNodes
+                value = self.construct_object(ScalarNode(tag, value, event.start_mark, event.end_mark))
+            if anchor is not None:
+                self._objects[anchor] = value
+        else:
+            self._enter(event)
+            if kind is MappingStartEvent:
+                value = {}
+                if anchor is not None:
+                    self._objects[anchor] = value
+                while type(self.peek_event()) is not MappingEndEvent:
+                    mark = self.peek_event().start_mark
+                    key = self._value()
+                    try:
+                        seen = key in value
+                    except TypeError:
+                        raise ConstructorError(
+                            "while constructing a mapping", event.start_mark, "found unhashable key", mark
+                        ) from None
+                    if seen:
+                        raise ConstructorError(
+                            "in a mapping",
+                            event.start_mark,
+                            f"found the key {_short(key)} twice; keep one",
+                            mark,
+                        )
+                    value[key] = self._value()
+            else:
+                value = []
+                if anchor is not None:
+                    self._objects[anchor] = value
+                while type(self.peek_event()) is not SequenceEndEvent:
+                    value.append(self._value())
+            self.get_event()
+            self._depth -= 1
+        if anchor is not None:
+            self._sizes[anchor] = (budget.nodes - before[0], budget.chars - before[1])
+        return value
+
+    def _checked_scalar(self, event: ScalarEvent) -> str:
+        """The scalar's text, counted against the budget."""
+        value = event.value
+        budget, limits = self.budget, self.budget.limits
+        if len(value) > limits.max_scalar:
+            raise LimitExceeded(
+                None,
+                None,
+                f"a value of {len(value):,} characters; at most {limits.max_scalar:,} are accepted",
+                event.start_mark,
+            )
+        budget.nodes += 1
+        budget.chars += len(value)
+        if budget.nodes > limits.max_nodes or budget.chars > limits.max_chars:
+            budget.charge(0, 0, event.start_mark)
+        return value
+
+    def _enter(self, start: yaml.Event) -> None:
+        """One level deeper, within the depth limit; the collection counts as a node."""
+        self._depth += 1
+        if self._depth > self.budget.limits.max_depth:
+            raise LimitExceeded(
+                None,
+                None,
+                f"nested more than {self.budget.limits.max_depth} levels deep; a manifest never is",
+                start.start_mark,
+            )
+        self.budget.charge(1, 0, start.start_mark)
 
     def get_single_node(self) -> Node | None:
         self.get_event()  # stream start
@@ -149,7 +271,7 @@ class _Composer:
         event = self.get_event()
         kind = type(event)
         if kind is AliasEvent:
-            return self._alias(event)
+            return self._alias(event, self.anchors)
         anchor = event.anchor
         if anchor is not None and anchor in self.anchors:
             raise yaml.composer.ComposerError(
@@ -158,22 +280,11 @@ class _Composer:
                 "second occurrence",
                 event.start_mark,
             )
-        budget, limits = self.budget, self.budget.limits
+        budget = self.budget
         before = (budget.nodes, budget.chars)
         tag = event.tag
         if kind is ScalarEvent:
-            value = event.value
-            if len(value) > limits.max_scalar:
-                raise LimitExceeded(
-                    None,
-                    None,
-                    f"a value of {len(value):,} characters; at most {limits.max_scalar:,} are accepted",
-                    event.start_mark,
-                )
-            budget.nodes += 1
-            budget.chars += len(value)
-            if budget.nodes > limits.max_nodes or budget.chars > limits.max_chars:
-                budget.charge(0, 0, event.start_mark)
+            value = self._checked_scalar(event)
             if tag is None or tag == "!":
                 tag = self.resolve(ScalarNode, value, event.implicit)
             node = ScalarNode(tag, value, event.start_mark, event.end_mark, style=event.style)
@@ -185,9 +296,10 @@ class _Composer:
             self._sizes[anchor] = (budget.nodes - before[0], budget.chars - before[1])
         return node
 
-    def _alias(self, event: AliasEvent) -> Node:
+    def _alias(self, event: AliasEvent, anchored: dict) -> Any:
+        """What the alias stands for (a node or a value, from `anchored`), charged at its full size."""
         anchor = event.anchor
-        if anchor not in self.anchors:
+        if anchor not in anchored:
             raise yaml.composer.ComposerError(
                 None, None, f"found undefined alias {clip(anchor, 60)!r}", event.start_mark
             )
@@ -200,18 +312,10 @@ class _Composer:
                 event.start_mark,
             )
         self.budget.charge(*self._sizes[anchor], event.start_mark)
-        return self.anchors[anchor]
+        return anchored[anchor]
 
     def _collection(self, start: yaml.Event, anchor: str | None, node_class: type) -> Node:
-        self._depth += 1
-        if self._depth > self.budget.limits.max_depth:
-            raise LimitExceeded(
-                None,
-                None,
-                f"nested more than {self.budget.limits.max_depth} levels deep; a manifest never is",
-                start.start_mark,
-            )
-        self.budget.charge(1, 0, start.start_mark)
+        self._enter(start)
         tag = start.tag
         if tag is None or tag == "!":
             tag = self.resolve(node_class, None, start.implicit)
@@ -277,16 +381,24 @@ def load_one(text: str, budget: Budget) -> object:
     Raises a `yaml.YAMLError` (a `LimitExceeded` for a limit) for anything wrong
     with the document, with the position where it was found.
     """
+    used = (budget.nodes, budget.chars)
+    loader = _Loader(text, budget)
+    try:
+        return loader.get_single_value()
+    except _NeedNodes:
+        budget.nodes, budget.chars = used  # start again through nodes: charge once
+    finally:
+        loader.dispose()
+    return _load_through_nodes(text, budget)
+
+
+def _load_through_nodes(text: str, budget: Budget) -> object:
+    """`load_one` through a node tree and PyYAML's constructor (explicit tags, merge keys)."""
     loader = _Loader(text, budget)
     try:
         return loader.get_single_data()
     finally:
         loader.dispose()
-
-
-_STR, _INT, _FLOAT, _BOOL, _NULL, _SEQ, _MAP = (
-    f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map")
-)
 
 
 class _Unusual(Exception):

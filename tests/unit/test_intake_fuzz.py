@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from cpn.api import create_app
 from cpn.auth import ApiSecurity
 from cpn.intake import IntakeError, parse_manifests
-from cpn.safe_yaml import dump
+from cpn.safe_yaml import Budget, _load_through_nodes, dump, load_one
 from cpn.store import JobStore
 
 MAX_RESPONSE = 64 * 1024
@@ -168,3 +168,23 @@ def test_http_intake_never_5xx_never_large_stores_all_or_nothing(text, content_t
 @given(values)
 def test_manifest_dump_is_yaml_dump(value):
     assert dump(value) == yaml.dump(value, Dumper=yaml.CSafeDumper, sort_keys=False, allow_unicode=True)
+
+
+@settings(max_examples=150, **FUZZ)
+@given(manifests())
+def test_values_built_from_events_equal_pyyaml_constructed_ones(text):
+    chunk = text.split("\n---\n")[0]
+
+    def load(how):
+        try:
+            return ("ok", dump(how(chunk, Budget())))
+        except yaml.YAMLError as exc:
+            return ("error", type(exc).__name__)
+
+    direct, through_nodes = load(load_one), load(_load_through_nodes)
+    if direct[0] == through_nodes[0] == "ok":
+        assert direct == through_nodes
+    elif through_nodes[0] == "ok":  # the direct path also finds keys equal as values (1 and 0x1)
+        assert direct[1] == "ConstructorError"
+    else:  # both refuse, maybe at different points of the document
+        assert direct[0] == "error"
