@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from cpn.adapters.gateway import OOM_REASON, SubmitRejected
-from cpn.adapters.kubernetes import validate_object
+from cpn.adapters.kubernetes import ApiRefusal, validate_object
 from cpn.decisions import Placement
 from cpn.jobs import JobSpec
 from tests.kubernetes.conftest import DOMAIN, PRODUCT, USAGE, gpu_labels, make_gateway, seed_taints, wait_for
@@ -223,8 +223,9 @@ def test_429_and_5xx_are_retried_with_backoff(cluster):
 def test_another_4xx_refuses_the_job_with_the_servers_message(cluster):
     gw = make_gateway(cluster)
     cluster.fail("POST", "/jobs", 403, times=1)
-    with pytest.raises(SubmitRejected, match="HTTP 403: scripted"):
+    with pytest.raises(ApiRefusal, match="HTTP 403: scripted") as refused:
         gw.submit(job("team/a"), Placement("team/a", "east", "t-0", 1))
+    assert (refused.value.status, refused.value.transient) == (403, False)
     assert gw.api.retries == 0
     assert {s.node.name: s.free_gpus for s in gw.inventory()}["t-0"] == 4
 
@@ -258,8 +259,9 @@ def test_an_unavailable_api_server_refuses_after_the_retries_and_leaves_nothing_
         image="srv:1",
         manifest=yaml.safe_dump_all([deployment, service]),
     )
-    with pytest.raises(SubmitRejected, match="HTTP 503"):
+    with pytest.raises(ApiRefusal, match="HTTP 503") as refused:
         gw.submit(spec, Placement("team/serve", "east", "i-0", 1))
+    assert refused.value.transient
     assert cluster.get(("apps", "deployments"), "team", "serve") is None  # rolled back
     cluster.faults.clear()
     gw.submit(spec, Placement("team/serve", "east", "i-0", 1))

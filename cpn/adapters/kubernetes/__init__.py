@@ -6,11 +6,12 @@ builds the gateway of one configured cluster from its kubeconfig context; see do
 
 from cpn.adapters.kubernetes.api import ApiError, RetryPolicy
 from cpn.adapters.kubernetes.binding import BindError, KubernetesBinder
-from cpn.adapters.kubernetes.gateway import KubernetesGateway, api_client_for, gateway_for
+from cpn.adapters.kubernetes.gateway import ApiRefusal, KubernetesGateway, api_client_for, gateway_for
 from cpn.adapters.kubernetes.validation import InvalidManifest, validate_object
 
 __all__ = [
     "ApiError",
+    "ApiRefusal",
     "BindError",
     "InvalidManifest",
     "KubernetesBinder",

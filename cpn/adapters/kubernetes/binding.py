@@ -182,6 +182,11 @@ class KubernetesBinder:
         self._tolerations(spec, job, chosen[0])
         if not gpu:
             return
+        for container in spec.get("containers") or []:
+            resources = container.get("resources") or {}
+            limit = (resources.get("limits") or {}).get(GPU_RESOURCE)
+            if limit is not None:
+                resources.setdefault("requests", {})[GPU_RESOURCE] = limit
         if is_sharing(job):
             annotations[self.labels.gpu_share] = f"{job.gpu_share:g}"
         if len(placement.nodes) > 1 and t.replicas > 1:

@@ -53,6 +53,16 @@ GpuMemorySource = Callable[[str, tuple[str, ...], float, float], float | None]
 _ORDER = {"submitted": 0, "running": 1, "succeeded": 2, "failed": 2}
 
 
+class ApiRefusal(SubmitRejected):
+    """The API server refused a submission (`transient` False: a 4xx other than 409 and 429, its message
+    says why, and trying again will not help) or stayed unavailable through the retries (`transient`)."""
+
+    def __init__(self, cluster: str, error: ApiError) -> None:
+        super().__init__(f"cluster {cluster}: {error}")
+        self.status = error.status
+        self.transient = error.transient
+
+
 class KubernetesGateway:
     """One Kubernetes cluster behind the ClusterGateway port (see the module doc)."""
 
@@ -158,7 +168,7 @@ class KubernetesGateway:
         try:
             states = {s.node.name: s for s in self.inventory()}
         except ApiError as exc:
-            raise SubmitRejected(f"cluster {self.cluster}: {exc}") from None
+            raise ApiRefusal(self.cluster, exc) from None
         claim, problem = _claim(job, placement, states)
         if problem:
             raise SubmitRejected(problem)
@@ -182,6 +192,8 @@ class KubernetesGateway:
             with self._lock:
                 self._claims.pop(job.job_id, None)
             self._delete(created)
+            if isinstance(exc, ApiError):
+                raise ApiRefusal(self.cluster, exc) from None
             raise SubmitRejected(f"cluster {self.cluster}: {exc}") from None
 
     def _known(self, job_id: str) -> bool:
