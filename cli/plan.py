@@ -62,7 +62,7 @@ def _inventory(config: ClustersConfig) -> tuple[NodeState, ...]:
     states: list[NodeState] = []
     for cluster in config.clusters:
         if cluster.kube_context:
-            states += gateway_for(config, cluster).inventory()
+            states += gateway_for(cluster, config.label_domain, config.gpu_aliases).inventory()
         else:
             states += [NodeState(n, n.gpu_count) for n in configured if n.cluster == cluster.name]
     return tuple(states)

@@ -1,7 +1,8 @@
 """The Kubernetes adapter: one real cluster behind the ClusterGateway and ManifestBinder ports.
 
-The only package that imports `kubernetes` and `kubernetes_validate`. `gateway_for(config, cluster)`
-builds the gateway of one configured cluster from its kubeconfig context; see docs/kubernetes.md.
+The only package that imports `kubernetes` and `kubernetes_validate`.
+`gateway_for(cluster, label_domain, gpu_aliases)` builds the gateway of one configured cluster from its
+kubeconfig context; see docs/kubernetes.md.
 """
 
 from cpn.adapters.kubernetes.api import ApiError, RetryPolicy

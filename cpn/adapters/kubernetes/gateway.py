@@ -29,7 +29,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from config.settings import Cluster, ClustersConfig
+from config.settings import Cluster
 from cpn.adapters.gateway import JobEvent, SubmitRejected
 from cpn.clock import Clock, WallClock
 from cpn.decisions import Placement
@@ -482,13 +482,15 @@ def api_client_for(kubeconfig: str | Path | None, context: str | None) -> client
     return config.new_client_from_config(config_file=path, context=context)
 
 
-def gateway_for(config: ClustersConfig, cluster: Cluster, **options: Any) -> KubernetesGateway:
-    """The gateway of `cluster` (one of `config.clusters`), reached through its kubeconfig context.
+def gateway_for(
+    cluster: Cluster, label_domain: str, gpu_aliases: Mapping[str, str] | None = None, **options: Any
+) -> KubernetesGateway:
+    """The gateway of one configured cluster, reached through its kubeconfig file and context.
 
-    The label domain and GPU aliases come from `config`; kubeconfig, context, HAMi and the Kubernetes
-    version from `cluster`. `options` go to KubernetesGateway (clock, gpu_memory, retry,
-    watch_timeout_s, log_lines) or give an `api_client` to use instead of the kubeconfig. Nothing is
-    contacted until the gateway is used.
+    `label_domain` and `gpu_aliases` are the cluster config's (ClustersConfig); kubeconfig, context,
+    HAMi and the Kubernetes version come from `cluster`. `options` go to KubernetesGateway (clock,
+    gpu_memory, retry, watch_timeout_s, log_lines) or give an `api_client` to use instead of the
+    kubeconfig. Nothing is contacted until the gateway is used.
     """
     api_client = options.pop("api_client", None)
     if api_client is None:
@@ -501,8 +503,8 @@ def gateway_for(config: ClustersConfig, cluster: Cluster, **options: Any) -> Kub
     return KubernetesGateway(
         cluster.name,
         api_client,
-        label_domain=config.label_domain,
-        gpu_aliases=config.gpu_aliases,
+        label_domain=label_domain,
+        gpu_aliases=gpu_aliases,
         hami=cluster.hami,
         hami_resource_pool=cluster.hami_resource_pool,
         kubernetes_version=cluster.kubernetes_version,

@@ -1,0 +1,77 @@
+"""The live service built by the composition root on a real (fake) cluster: a job from intake to its end,
+then a restart that submits nothing twice."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from config.settings import REPO_ROOT, ClustersConfig
+from cpn.bootstrap import build_service
+from cpn.formats.throughput import ThroughputTable
+from cpn.intake import parse_manifests
+from cpn.jobs import JobState
+from tests.kubernetes.conftest import DOMAIN, gpu_labels, seed_taints, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
+
+TENSORFLOW = REPO_ROOT / "examples" / "plan" / "volcano-tensorflow.yaml"
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+@pytest.fixture
+def config(server, tmp_path) -> ClustersConfig:
+    for name in ("gpu-a", "gpu-b"):
+        server.add_node(name, gpu_labels("training", A100, 4, 81920), 4, taints=seed_taints("training", A100))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "lab", "cluster": {"server": server.url}}],
+                "users": [{"name": "cpn", "user": {"token": "t"}}],
+                "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "cpn"}}],
+                "current-context": "lab",
+            }
+        )
+    )
+    group = {"name": "unused", "gpu_product": A100, "gpus_per_node": 1, "gpu_memory_gb": 80, "cpu_cores": 1}
+    return ClustersConfig.model_validate(
+        {
+            "label_domain": DOMAIN,
+            "clusters": [
+                {"name": "lab", "kube_context": "lab", "kubeconfig": str(kubeconfig), "node_groups": [group]}
+            ],
+        }
+    )
+
+
+def state(service, job_id: str) -> JobState:
+    return service.store.get(job_id).state
+
+
+def test_a_job_runs_to_its_end_and_a_restart_submits_nothing_twice(server, config, tmp_path):
+    store = tmp_path / "jobs.db"
+    table = ThroughputTable.load()
+    service = build_service(config, store, "fifo", table, time_scale=1)
+    service.start()
+    (job,) = parse_manifests(TENSORFLOW.read_text())
+    service.store.submit([job])
+    assert service.scheduler.round().placed == 1
+    assert state(service, job.job_id) == JobState.SUBMITTED
+    workers = [
+        p for p in server.pods_of("default", "tensorflow-dist-mnist") if "worker" in p["metadata"]["name"]
+    ]
+    assert len(workers) == 3
+    wait_for(lambda: service.scheduler.round() and state(service, job.job_id) == JobState.RUNNING)
+    posts = [p for m, p in server.requests if m == "POST"]
+    service.close()
+
+    # A restart on the same store: the job is found on the cluster, nothing is created again.
+    restarted = build_service(config, store, "fifo", table, time_scale=1)
+    restarted.start()
+    server.finish("default", "tensorflow-dist-mnist")
+    wait_for(lambda: restarted.scheduler.round() and state(restarted, job.job_id) == JobState.SUCCEEDED)
+    assert [p for m, p in server.requests if m == "POST"] == posts
+    restarted.close()
