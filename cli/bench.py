@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from config.policies import parse_overrides
 from config.settings import ConfigError
 from cpn.bench.policies import bench_policies
 from cpn.bench.policies_report import format_table, to_json, write_plots
@@ -56,7 +57,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "ship scores for (default: config/benchmarks.yaml; format: docs/predictor.md)",
     )
     p.add_argument(
-        "--cpu-threshold", type=float, default=0.7, help="node CPU load cap (default: %(default)s)"
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a policy setting, given to every listed policy that has it (repeatable): e.g. "
+        "objective=makespan, solver=cbc, time_limit_s=2, reservation=false, window=200 (milp; all in "
+        "docs/optimiser.md), or cpu_threshold=0.8 (the scheduler's node CPU cap, default 0.7)",
     )
     p.add_argument("--json", help="write the figures as JSON here")
     p.add_argument("--plots", help="write JCT CDF, utilisation and per-cluster Gantt PNGs to this folder")
@@ -99,10 +106,10 @@ def run_policies(args: argparse.Namespace) -> int:
             policies,
             seed=args.seed,
             estimates=args.estimates,
-            cpu_threshold=args.cpu_threshold,
             progress=lambda msg: print(msg, file=sys.stderr, flush=True),
             estimator=estimator,
             limit=args.limit,
+            overrides=parse_overrides(args.set),
         )
     except (ConfigError, ThroughputFormatError, TraceFormatError, ValueError, FileNotFoundError) as exc:
         print(f"cpn bench policies: {exc}", file=sys.stderr)

@@ -35,12 +35,56 @@ class GreedySettings(_PolicyBase):
     name: Literal["greedy"] = "greedy"
 
 
-PolicySettings = Annotated[FifoSettings | SjfSettings | GreedySettings, Field(discriminator="name")]
+class MilpSettings(_PolicyBase):
+    """The queue optimiser (docs/optimiser.md): a MILP over GPU groups and time buckets."""
+
+    name: Literal["milp"] = "milp"
+    solver: Literal["highs", "cbc"] = Field(
+        "highs", description="MILP solver: HiGHS (highspy) or CBC (bundled with PuLP)."
+    )
+    time_limit_s: float = Field(
+        1.0,
+        gt=0,
+        description="Wall-clock limit per solve; past it the best plan found, or greedy's, is used.",
+    )
+    gap: float = Field(
+        0.01, ge=0, lt=1, description="Relative MIP gap at which the solver stops: good enough, sooner."
+    )
+    objective: Literal["weighted-completion", "makespan"] = Field(
+        "weighted-completion",
+        description="Minimise priority-weighted predicted completion time, or the planned makespan "
+        "(with weighted completion as a small tie-breaker).",
+    )
+    reservation: bool = Field(
+        True,
+        description="EASY-style: the oldest job that has waited longer than it would run and cannot start "
+        "now is planned first; others start now only where they delay nothing the plan starts later.",
+    )
+    window: int = Field(
+        120,
+        ge=1,
+        description="Queued jobs the MILP plans (by priority, then smallest GPU-time first); the rest are "
+        "backfilled where they delay nothing planned.",
+    )
+    buckets: int = Field(
+        8, ge=2, le=32, description="Time buckets of the plan's horizon, each twice the last."
+    )
+    first_bucket_s: float = Field(
+        0.0,
+        ge=0,
+        description="Length of the first future bucket in seconds; 0 = the median predicted runtime of the "
+        "planned jobs.",
+    )
+
+
+PolicySettings = Annotated[
+    FifoSettings | SjfSettings | GreedySettings | MilpSettings, Field(discriminator="name")
+]
 """The settings of any policy; `name` says which."""
 
 _ADAPTER: TypeAdapter = TypeAdapter(PolicySettings)
 
-POLICY_NAMES: tuple[str, ...] = ("fifo-naive", "fifo", "sjf", "greedy")
+POLICY_NAMES: tuple[str, ...] = ("fifo-naive", "fifo", "sjf", "greedy", "milp")
 """Every policy name, as the command line and reports spell it."""
 
 

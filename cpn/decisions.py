@@ -135,6 +135,27 @@ class Waiting:
 
 
 @dataclass(frozen=True)
+class SolverRound:
+    """How an optimising policy's solve went this round (record it with the round)."""
+
+    solver: str
+    """`highs` or `cbc`."""
+    status: str
+    """optimal, feasible (time limit hit with a plan), or why there was none (no-solution, error: ...)."""
+    objective: float | None
+    """The plan's objective (docs/optimiser.md); None without a plan."""
+    gap: float | None
+    """Relative MIP gap the solver proved; None where the solver does not report one (CBC via PuLP)."""
+    solve_s: float
+    """Wall time of building and solving the model."""
+    fallback: str | None = None
+    """Why greedy's plan was used instead of the solver's; None when the solver's was."""
+    jobs: int = 0
+    """Queued jobs in the model."""
+    variables: int = 0
+
+
+@dataclass(frozen=True)
 class Decision:
     """One round's outcome: jobs to start now and jobs to give up on; the rest keep waiting."""
 
@@ -142,3 +163,5 @@ class Decision:
     rejections: tuple[Rejection, ...] = ()
     waiting: tuple[Waiting, ...] = ()
     """Why each job left queued waits (a policy may leave some out; the scheduler fills in the rest)."""
+    solver: SolverRound | None = None
+    """The optimiser's solve this round; None for policies that do not solve a model."""

@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from config.settings import DATA_DIR, ClustersConfig, load_model
+from config.policies import POLICY_NAMES, PolicySettings, policy_settings, setting_keys
+from config.settings import DATA_DIR, DEFAULT_CPU_THRESHOLD, ClustersConfig, load_model
+from cpn.bench.recorder import RecordingPolicy, predicted_start_error, solver_summary
 from cpn.bench.report import JobTimeline, busy_of, summarize, timelines
 from cpn.bootstrap import build_simulation
 from cpn.engine.estimates import NoisyOracle, OracleEstimates
@@ -37,9 +39,10 @@ class PolicyRun:
     """One policy's replay of the trace."""
 
     name: str
-    summary: dict[str, float | int | None]
+    summary: dict
     timelines: tuple[JobTimeline, ...]
     executions: tuple[Execution, ...]
+    settings: PolicySettings | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ class LowerBound:
     """Latest (arrival + run time on the job's fastest GPU type), from the first arrival."""
     work_over_capacity_s: float
     """Sum over jobs of GPUs x run time on the fastest type, over the total GPU count."""
+    jobs_covered: int = 0
+    """Jobs the bound counts: those some GPU type of the clusters has a run time for."""
+    jobs_total: int = 0
 
     @property
     def makespan_s(self) -> float:
@@ -96,7 +102,8 @@ def load_jobs(path: Path | str) -> list[JobSpec]:
 
 
 def lower_bound(jobs: Sequence[JobSpec], nodes: Sequence[Node], oracle: OracleEstimates) -> LowerBound:
-    """Bounds from perfect runtimes; jobs no GPU type can run are left out."""
+    """Bounds from perfect runtimes; jobs no GPU type can run are left out (`jobs_covered` says how
+    many are in)."""
     gpu_types = sorted({n.gpu_type for n in nodes})
     total_gpus = sum(n.gpu_count for n in nodes)
     if not total_gpus:
@@ -104,14 +111,21 @@ def lower_bound(jobs: Sequence[JobSpec], nodes: Sequence[Node], oracle: OracleEs
     start = min((j.arrival_s for j in jobs), default=0.0)
     latest_end = start
     gpu_work = 0.0
+    covered = 0
     for job in jobs:
         estimates = (oracle.estimate(job, g) for g in gpu_types)
         runtimes = [e.runtime_s for e in estimates if e is not None and e.runtime_s < math.inf]
         if not runtimes:
             continue
+        covered += 1
         latest_end = max(latest_end, job.arrival_s + min(runtimes))
         gpu_work += job.num_gpus * min(runtimes)
-    return LowerBound(longest_job_s=latest_end - start, work_over_capacity_s=gpu_work / total_gpus)
+    return LowerBound(
+        longest_job_s=latest_end - start,
+        work_over_capacity_s=gpu_work / total_gpus,
+        jobs_covered=covered,
+        jobs_total=len(jobs),
+    )
 
 
 def make_estimator(spec: str, table: ThroughputTable, seed: int) -> EstimateSource:
@@ -128,23 +142,64 @@ def make_estimator(spec: str, table: ThroughputTable, seed: int) -> EstimateSour
 
 
 def run_policy(
-    policy: str,
+    settings: PolicySettings,
     jobs: Sequence[JobSpec],
     clusters: ClustersConfig,
     table: ThroughputTable,
     estimator: EstimateSource,
-    cpu_threshold: float = 0.7,
+    cpu_threshold: float = DEFAULT_CPU_THRESHOLD,
 ) -> PolicyRun:
-    """Replay `jobs` under `policy` on fresh simulated clusters; returns its figures."""
-    sim = build_simulation(clusters, ":memory:", policy, table, cpu_threshold, estimator)
+    """Replay `jobs` under the policy `settings` name on fresh simulated clusters; returns its figures,
+    with the median error of its predicted starts and its solver's rounds (cpn.bench.recorder)."""
+    recorder = RecordingPolicy(make_policy(settings))
+    sim = build_simulation(clusters, ":memory:", recorder, table, cpu_threshold, estimator)
     started = time.perf_counter()
     replay(sim.scheduler, sim.simulator, sim.clock, arrivals_from_jobs(jobs), migrator=sim.migrator)
     wall = time.perf_counter() - started
     lines = tuple(timelines(sim.store))
     summary = summarize(lines, busy_of(sim.simulator.executions), sim.total_gpus, sim.migrator.total_s)
     summary["sim_wall_s"] = wall
+    error, covered = predicted_start_error(recorder.first_predicted, lines)
+    summary["predicted_start_median_error"] = error
+    summary["predicted_start_jobs"] = covered
+    summary.update(solver_summary(recorder.solver_rounds))
     sim.store.close()
-    return PolicyRun(policy, summary, lines, tuple(sim.simulator.executions))
+    return PolicyRun(run_name(settings), summary, lines, tuple(sim.simulator.executions), settings)
+
+
+def run_name(settings: PolicySettings) -> str:
+    """The policy's name, with the settings that differ from its defaults: `milp(objective=makespan)`."""
+    changed = settings.model_dump(exclude_defaults=True, exclude={"name"})
+    if not changed:
+        return settings.name
+    return f"{settings.name}({','.join(f'{k}={v}' for k, v in changed.items())})"
+
+
+def policy_runs(policies: Sequence[str], overrides: dict[str, str]) -> tuple[list[PolicySettings], float]:
+    """Each policy's settings with the `--set` overrides it takes, and the CPU threshold (a scheduler
+    setting, `cpu_threshold`). ValueError naming a key no listed policy takes."""
+    overrides = dict(overrides)
+    cpu = overrides.pop("cpu_threshold", None)
+    try:
+        cpu_threshold = float(cpu) if cpu is not None else DEFAULT_CPU_THRESHOLD
+    except ValueError:
+        raise ValueError(f"--set cpu_threshold={cpu}: give a number in (0, 1]") from None
+    if not 0 < cpu_threshold <= 1:
+        raise ValueError(f"--set cpu_threshold={cpu}: give a number in (0, 1]")
+    settings = []
+    used: set[str] = set()
+    for name in policies:
+        keys = set(setting_keys(name)) if name in POLICY_NAMES else set()
+        mine = {k: v for k, v in overrides.items() if k in keys}
+        used |= set(mine)
+        settings.append(policy_settings(name, **mine))
+    unknown = sorted(set(overrides) - used)
+    if unknown:
+        known = sorted({k for name in policies for k in setting_keys(name)} | {"cpu_threshold"})
+        raise ValueError(
+            f"--set {', '.join(unknown)}: no listed policy has such a setting; known: {', '.join(known)}"
+        )
+    return settings, cpu_threshold
 
 
 def peer_figures(trace: Path | str, path: Path = PEER_FIGURES) -> list[PeerFigure]:
@@ -180,18 +235,19 @@ def bench_policies(
     policies: Sequence[str],
     seed: int = 0,
     estimates: str = "oracle",
-    cpu_threshold: float = 0.7,
     progress: Callable[[str], None] = print,
     estimator: EstimateSource | None = None,
     limit: int | None = None,
+    overrides: dict[str, str] | None = None,
 ) -> BenchResult:
     """Replay one trace under each policy; figures, lower bound and peer figures in one result.
 
     `estimator` (for example the trained predictor) replaces the one `estimates` names;
-    `limit` keeps only the first jobs by arrival (a cut of a long trace).
+    `limit` keeps only the first jobs by arrival (a cut of a long trace); `overrides` are `--set`
+    pairs, each given to the listed policies that have such a setting (`cpu_threshold` to the
+    scheduler, replacing `cpu_threshold`).
     """
-    for name in policies:
-        make_policy(name)
+    settings, cpu_threshold = policy_runs(policies, overrides or {})
     clusters = load_model(clusters_path, ClustersConfig)
     table = ThroughputTable.load(throughputs_path)
     jobs = load_jobs(trace_path)[:limit]
@@ -205,12 +261,12 @@ def bench_policies(
         peer=peer_figures(trace_path),
     )
     progress(f"{len(jobs):,} jobs on {result.total_gpus} GPUs in {len(clusters.clusters)} clusters")
-    for name in policies:
-        progress(f"replaying under {name} ...")
+    for policy in settings:
+        progress(f"replaying under {run_name(policy)} ...")
         source = estimator or make_estimator(estimates, table, seed)
-        run = run_policy(name, jobs, clusters, table, source, cpu_threshold)
+        run = run_policy(policy, jobs, clusters, table, source, cpu_threshold)
         progress(
-            f"  {name}: {run.summary['succeeded']} succeeded, {run.summary['unfinished']} unfinished, "
+            f"  {run.name}: {run.summary['succeeded']} succeeded, {run.summary['unfinished']} unfinished, "
             f"in {run.summary['sim_wall_s']:.1f} s"
         )
         result.runs.append(run)

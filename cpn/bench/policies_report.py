@@ -14,6 +14,8 @@ COLUMNS = (
     ("succeeded", "done", "{:,}"),
     ("failed", "failed", "{:,}"),
     ("oom", "oom", "{:,}"),
+    ("rejected", "rejected", "{:,}"),
+    ("stuck", "stuck", "{:,}"),
     ("unfinished", "unfin.", "{:,}"),
     ("makespan_s", "makespan h", "{:,.1f}"),
     ("mean_jct_s", "mean JCT h", "{:,.2f}"),
@@ -24,6 +26,7 @@ COLUMNS = (
     ("p99_wait_s_small", "p99 wait 1 GPU h", "{:,.2f}"),
     ("gpu_utilization", "GPU util", "{:.3f}"),
     ("transfer_s_total", "transfer h", "{:,.1f}"),
+    ("predicted_start_median_error", "start err", "{:.2f}"),
     ("sim_wall_s", "wall s", "{:.1f}"),
 )
 
@@ -31,10 +34,14 @@ COLUMNS = (
 def _cell(key: str, value: float | int | None, fmt: str) -> str:
     if value is None:
         return "-"
-    if key.endswith("_s") or "_s_" in key:
-        if key != "sim_wall_s":
-            value = value / 3600
+    if (key.endswith("_s") or "_s_" in key) and key != "sim_wall_s":
+        value = value / 3600
     return fmt.format(value)
+
+
+def over_bound(makespan_s: float, bound_s: float) -> float | None:
+    """Makespan over the lower bound; None when the bound is 0 (no job could be timed)."""
+    return makespan_s / bound_s if bound_s > 0 else None
 
 
 def to_json(result: BenchResult) -> dict:
@@ -47,12 +54,18 @@ def to_json(result: BenchResult) -> dict:
         "lower_bound": {
             "longest_job_s": result.lower_bound.longest_job_s,
             "work_over_capacity_s": result.lower_bound.work_over_capacity_s,
+            "jobs_covered": result.lower_bound.jobs_covered,
+            "jobs_total": result.lower_bound.jobs_total,
         },
         "policies": {},
     }
     for run in result.runs:
         metrics = dict(run.summary)
-        metrics["makespan_over_lower_bound"] = run.summary["makespan_s"] / result.lower_bound.makespan_s
+        metrics["makespan_over_lower_bound"] = over_bound(
+            run.summary["makespan_s"], result.lower_bound.makespan_s
+        )
+        if run.settings is not None:
+            metrics["settings"] = run.settings.model_dump()
         out["policies"][run.name] = metrics
     if result.peer:
         window = result.peer[0].jct_jobs
@@ -79,19 +92,22 @@ def format_table(result: BenchResult) -> str:
     rows = [header]
     for run in result.runs:
         cells = [run.name, *(_cell(k, run.summary.get(k), f) for k, _, f in COLUMNS)]
-        cells.append(f"{run.summary['makespan_s'] / lb.makespan_s:.2f}")
+        ratio = over_bound(run.summary["makespan_s"], lb.makespan_s)
+        cells.append("-" if ratio is None else f"{ratio:.2f}")
         rows.append(cells)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [
         f"trace {result.trace}: {result.jobs:,} jobs, {result.total_gpus} GPUs",
         f"makespan lower bound {lb.makespan_s / 3600:,.1f} h (longest job {lb.longest_job_s / 3600:,.1f} h, "
-        f"GPU-work / capacity {lb.work_over_capacity_s / 3600:,.1f} h)",
+        f"GPU-work / capacity {lb.work_over_capacity_s / 3600:,.1f} h), over the {lb.jobs_covered:,} of "
+        f"{lb.jobs_total:,} jobs the throughput table times",
         "",
     ]
     for r in rows:
         lines.append(
             "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
         )
+    lines += _outcome_lines(result) + _solver_lines(result)
     if result.peer:
         lines += ["", "Peer: Gavel's simulator on this trace (preemptive, no memory limit, no transfers)"]
         lines.append(f"  {'gavel policy':<28}{'mean JCT h':>11}{'makespan h':>11}")
@@ -105,13 +121,42 @@ def format_table(result: BenchResult) -> str:
         makespans = [p.makespan_h for p in result.peer if p.makespan_h is not None]
         for run in result.runs:
             jct = mean_jct_in_window(run, window)
-            jct_txt = f"{jct / 3600:,.2f} h = {jct / 3600 / best_jct:.2f}x" if jct else "-"
+            jct_txt = f"{jct / 3600:,.2f} h = {jct / 3600 / best_jct:.2f}x" if jct and best_jct else "-"
             ms_txt = "-"
-            if makespans:
+            if makespans and min(makespans) > 0:
                 ms_h = run.summary["makespan_s"] / 3600
                 ms_txt = f"{ms_h:,.1f} h = {ms_h / min(makespans):.2f}x"
             lines.append(f"  {run.name:<28}JCT {jct_txt}; makespan {ms_txt}")
     return "\n".join(lines)
+
+
+def _outcome_lines(result: BenchResult) -> list[str]:
+    """Jobs that did not succeed, per policy, by outcome class and reason."""
+    lines = []
+    for run in result.runs:
+        parts = [
+            f"{outcome} {count} ({reason or 'no reason given'})"
+            for outcome, reasons in run.summary["outcomes"].items()
+            if outcome != "succeeded"
+            for reason, count in sorted(reasons.items(), key=lambda r: -r[1])
+        ]
+        if parts:
+            lines.append(f"  {run.name}: " + "; ".join(parts))
+    return ["", "Jobs that did not succeed, by reason:", *lines] if lines else []
+
+
+def _solver_lines(result: BenchResult) -> list[str]:
+    """Each optimising policy's rounds: solver, solve times, fallbacks to greedy's plan, statuses."""
+    lines = []
+    for run in result.runs:
+        m = run.summary
+        if m.get("solver_rounds"):
+            lines.append(
+                f"  {run.name}: {m['solver']}, {m['solver_rounds']:,} rounds, solve median "
+                f"{m['solve_s_median']:.3f} s, max {m['solve_s_max']:.3f} s, {m['solver_fallbacks']} on "
+                f"greedy's plan; {m['solver_statuses']}"
+            )
+    return ["", "Solver:", *lines] if lines else []
 
 
 def write_plots(result: BenchResult, clusters_path: Path | str, out_dir: Path | str) -> list[Path]:

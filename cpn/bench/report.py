@@ -15,6 +15,7 @@ import numpy as np
 
 from cpn.adapters.gateway import OOM_REASON
 from cpn.bench.plots import Execution, gantt
+from cpn.engine.replay import STUCK_REASON
 from cpn.inventory import Node
 from cpn.jobs import JobState
 from cpn.store import JobStore
@@ -81,6 +82,21 @@ def timelines(store: JobStore) -> list[JobTimeline]:
     return out
 
 
+OUTCOMES = ("succeeded", "failed", "rejected", "stuck", "unfinished")
+"""How a job ended a run, the same classes for every policy."""
+
+
+def outcome_of(job: JobTimeline) -> str:
+    """The job's outcome class (OUTCOMES)."""
+    if job.state == JobState.SUCCEEDED:
+        return "succeeded"
+    if job.state == JobState.FAILED:
+        return "failed"
+    if job.state == JobState.SCHEDULE_FAILED:
+        return "stuck" if job.reason == STUCK_REASON else "rejected"
+    return "unfinished"
+
+
 def _pct(values: Sequence[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if len(values) else None
 
@@ -91,12 +107,15 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def summarize(
     jobs: Sequence[JobTimeline], busy: Iterable[Busy], total_gpus: int, transfer_s_total: float = 0.0
-) -> dict[str, float | int | None]:
+) -> dict:
     """The run's figures; time figures in seconds, `None` where no job qualifies.
 
     JCT counts succeeded jobs (end - arrival); waits count jobs that started
     (first start - arrival); utilisation is GPU-seconds held by any execution
-    over total GPUs x makespan.
+    over total GPUs x makespan; `oom` counts OOM kills (a re-planned job may still succeed). Every job
+    is in one outcome class (`OUTCOMES`): succeeded, failed, rejected (schedule-failed: no placement
+    could ever satisfy it), stuck (left queued with nothing running or arriving) or unfinished;
+    `outcomes` counts each class's jobs by their last reason.
     """
     succeeded = [j for j in jobs if j.state == JobState.SUCCEEDED]
     failed = [j for j in jobs if j.state == JobState.FAILED]
@@ -109,12 +128,20 @@ def summarize(
     end = max((j.ended_at for j in jobs if j.ended_at is not None), default=start)
     makespan = end - start
     gpu_seconds = sum(b.num_gpus * (b.end - b.start) for b in busy)
+    outcomes: dict[str, dict[str, int]] = {name: {} for name in OUTCOMES}
+    for j in jobs:
+        reasons = outcomes[outcome_of(j)]
+        reasons[j.reason] = reasons.get(j.reason, 0) + 1
+    counts = {name: sum(reasons.values()) for name, reasons in outcomes.items()}
     return {
         "jobs": len(jobs),
         "succeeded": len(succeeded),
         "failed": len(failed),
         "oom": sum(j.oom_kills for j in jobs),
-        "unfinished": len(jobs) - len(succeeded) - len(failed),
+        "rejected": counts["rejected"],
+        "stuck": counts["stuck"],
+        "unfinished": counts["unfinished"],
+        "outcomes": outcomes,
         "makespan_s": makespan,
         "mean_jct_s": _mean(jct),
         "p50_jct_s": _pct(jct, 50),
@@ -136,6 +163,9 @@ def format_summary(summary: dict[str, float | int | None], title: str = "") -> s
             shown = "-"
         elif key.endswith("_s") or "_s_" in key:
             shown = f"{value:,.0f} s ({value / 3600:.2f} h)"
+        elif isinstance(value, dict):
+            parts = [f"{name}: {reasons}" for name, reasons in value.items() if reasons]
+            shown = "; ".join(parts) or "-"
         elif isinstance(value, float):
             shown = f"{value:.3f}"
         else:

@@ -14,6 +14,7 @@ from config.policies import (
     POLICY_NAMES,
     FifoSettings,
     GreedySettings,
+    MilpSettings,
     PolicySettings,
     SjfSettings,
     policy_settings,
@@ -42,4 +43,8 @@ def make_policy(settings: PolicySettings | str, **overrides: Any) -> Policy:
             return SjfPolicy(settings)
         case GreedySettings():
             return GreedyPolicy(settings)
+        case MilpSettings():
+            from cpn.policies.milp import MilpPolicy  # PuLP is imported only when the optimiser is used
+
+            return MilpPolicy(settings)
     raise TypeError(f"not policy settings: {settings!r}")

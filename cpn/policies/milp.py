@@ -1,0 +1,507 @@
+"""The queue optimiser: a MILP (PuLP; HiGHS or CBC) that plans which queued jobs start when and on which
+GPU group, with EASY-style reservations and greedy's plan as warm start and fallback.
+
+The formulation is written out in docs/optimiser.md. In short: queued jobs x groups (cluster, GPU type,
+pool, from `Capacity.groups`) x time buckets that double in length; a job starts in at most one
+(group, bucket) or overflows the horizon; at each bucket's start the jobs planned to be running on a
+group fit its cards (free now plus what running jobs free by then); the objective is the
+priority-weighted predicted completion time (or the makespan). Only the `window` most urgent jobs are
+in the model; the rest are backfilled on what is free now where that delays nothing the plan starts
+later. What starts now is realised through `Capacity.fit`, so every placement keeps the cluster rules.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+
+import highspy
+import pulp
+
+from config.policies import MilpSettings
+from cpn.decisions import Decision, Placement, Rejection, Snapshot, SolverRound, Waiting
+from cpn.jobs import JobSpec
+from cpn.policies.base import by_priority
+from cpn.policies.greedy import GreedyPolicy
+from cpn.policies.placement import NO_ESTIMATE, Capacity, Group, usable_runtimes
+from cpn.policies.plan import GroupKey, Projection, RunningBook
+from cpn.policies.waiting import WaitingExplainer
+from cpn.rules import is_sharing
+
+AFFINITY_TIE = 1e-6
+"""Relative cost per place an option stands after the job's first (own pool first, then inventory order)."""
+
+MIN_BUCKET_S = 60.0
+"""Shortest first bucket: rounds are not planned finer than a minute."""
+
+
+@dataclass
+class _Job:
+    """A queued job the policy may plan: its options (group, duration incl. transfer) and weight."""
+
+    spec: JobSpec
+    runtimes: dict[str, float]
+    options: list[tuple[Group, float]]
+    weight: float
+    shortest: float
+
+    @property
+    def cards(self) -> int:
+        """Whole cards it holds (a sharing job: the one card it joins or opens)."""
+        return 1 if is_sharing(self.spec) else self.spec.num_gpus
+
+    @property
+    def size(self) -> float:
+        """Cards the model counts it for: its share of a card for a sharing job."""
+        return (self.spec.gpu_share or 1.0) if is_sharing(self.spec) else float(self.spec.num_gpus)
+
+
+def planned_start(starts: list[float], k: int) -> float:
+    """When a job planned in bucket `k` is counted to start: now for bucket 0, else mid-bucket."""
+    return starts[0] if k == 0 else (starts[k] + starts[k + 1]) / 2
+
+
+class _WarmHighs(pulp.HiGHS):
+    """PuLP's HiGHS interface, started from the variables' initial values (PuLP 3.3 passes none)."""
+
+    def callSolver(self, lp):  # noqa: N802 (PuLP's name)
+        solution = highspy.HighsSolution()
+        solution.col_value = [v.varValue if v.varValue is not None else 0.0 for v in lp.variables()]
+        solution.value_valid = True
+        lp.solverModel.setSolution(solution)
+        lp.solverModel.run()
+
+
+@dataclass
+class _Model:
+    """The built model with what reading its solution needs."""
+
+    problem: pulp.LpProblem
+    x: dict[tuple[int, int, int], pulp.LpVariable]
+    """(job index, option index, bucket) -> start there."""
+    starts: list[float]
+    """Bucket start times."""
+    room: dict[GroupKey, list[float]]
+    """Group -> card-seconds free from now to the end of each bucket (`MilpPolicy._room`)."""
+    constraints: list[pulp.LpConstraint]
+
+
+class MilpPolicy:
+    """Plans the queue with a MILP each round; see the module and docs/optimiser.md."""
+
+    name = "milp"
+
+    def __init__(self, settings: MilpSettings | None = None) -> None:
+        self.settings = settings or MilpSettings()
+        self.book = RunningBook()
+        self.last_round: SolverRound | None = None
+        """The latest round's solve (also on its Decision)."""
+        self._greedy = GreedyPolicy()
+
+    # --- the round ---------------------------------------------------------------------------------
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        """Plan, start what the plan starts now, backfill, and explain every wait with a predicted start."""
+        started = time.perf_counter()
+        capacity = Capacity(snapshot)
+        releases = self.book.releases(snapshot)
+        jobs, rejections = self._candidates(snapshot, capacity)
+        reserved = self._reserved(snapshot, capacity, jobs) if self.settings.reservation else None
+        window = self._window(jobs, reserved)
+        starts = self._bucket_starts(snapshot.now, window)
+        room = self._room(capacity, releases, starts)
+        model = self._build(window, starts, capacity, room, reserved)
+        warm = self._warm_start(snapshot, capacity, model, window, releases)
+        status, objective, gap = self._solve(model, warm is not None)
+        assignment, fallback = self._choose(model, window, status, objective, warm)
+        if assignment is None:  # no plan at all: greedy decides this round
+            decision = self._greedy.decide(snapshot)
+            self._record_all(snapshot, decision.placements, jobs)
+            stats = SolverRound(
+                self.settings.solver,
+                status,
+                None,
+                gap,
+                time.perf_counter() - started,
+                fallback,
+                len(window),
+                len(model.x),
+            )
+            self.last_round = stats
+            return Decision(decision.placements, decision.rejections, decision.waiting, stats)
+        placements, waiting = self._realise(
+            snapshot, capacity, releases, jobs, window, assignment, model, reserved
+        )
+        stats = SolverRound(
+            self.settings.solver,
+            status,
+            objective if fallback is None else warm[1],
+            gap,
+            time.perf_counter() - started,
+            fallback,
+            len(window),
+            len(model.x),
+        )
+        self.last_round = stats
+        return Decision(tuple(placements), tuple(rejections), tuple(waiting), stats)
+
+    # --- what goes into the model ------------------------------------------------------------------
+
+    def _candidates(self, snapshot: Snapshot, capacity: Capacity) -> tuple[list[_Job], list[Rejection]]:
+        """Every queued job with the groups that could ever take it; jobs none can take are rejected."""
+        jobs, rejections = [], []
+        admits: dict[tuple, bool] = {}
+        for job in by_priority(snapshot.pending):
+            runtimes = usable_runtimes(snapshot, job)
+            if not runtimes:
+                rejections.append(Rejection(job.job_id, NO_ESTIMATE))
+                continue
+            transfer = snapshot.transfer_s.get(job.job_id, {})
+            options = []
+            for group in capacity.groups(job.kind):
+                if group.gpu_type not in runtimes:
+                    continue
+                mem = capacity.memory(job, group.gpu_type)
+                key = (group.key, job.kind, job.num_gpus, job.gpu_share is not None, job.cpu, mem)
+                if key not in admits:
+                    admits[key] = group.admits_ever(job, mem)
+                if admits[key]:
+                    options.append((group, transfer.get(group.cluster, 0.0) + runtimes[group.gpu_type]))
+            if not options:
+                reason = capacity.why_never(job, runtimes) or "no GPU group could ever take it"
+                rejections.append(Rejection(job.job_id, reason))
+                continue
+            weight = 2.0 ** max(-20, min(20, job.priority))
+            jobs.append(_Job(job, runtimes, options, weight, min(d for _, d in options)))
+        return jobs, rejections
+
+    def _reserved(self, snapshot: Snapshot, capacity: Capacity, jobs: list[_Job]) -> _Job | None:
+        """The oldest job that has waited longer than it would run and cannot start now (EASY's head)."""
+        for job in sorted(jobs, key=lambda j: j.spec.arrival_s)[: self.settings.window]:
+            waited = snapshot.now - job.spec.arrival_s
+            if waited >= job.shortest and not capacity.fit(job.spec, job.runtimes).options:
+                return job
+        return None
+
+    def _window(self, jobs: list[_Job], reserved: _Job | None) -> list[_Job]:
+        """The jobs the MILP plans: the reserved one, then by priority and shortest-area first (longest
+        first when minimising the makespan)."""
+        if self.settings.objective == "makespan":
+            key = lambda j: (-j.spec.priority, -j.shortest)  # noqa: E731
+        else:
+            key = lambda j: (-j.spec.priority, j.size * j.shortest)  # noqa: E731
+        rest = sorted((j for j in jobs if j is not reserved), key=key)
+        head = [reserved] if reserved is not None else []
+        return head + rest[: self.settings.window - len(head)]
+
+    def _bucket_starts(self, now: float, window: list[_Job]) -> list[float]:
+        """now, then starts of buckets that double in length; the last entry is the horizon's end."""
+        first = self.settings.first_bucket_s
+        if not first:
+            first = statistics.median([j.shortest for j in window]) if window else MIN_BUCKET_S
+        first = max(first, MIN_BUCKET_S)
+        return [now + first * (2**k - 1) for k in range(self.settings.buckets + 1)]
+
+    @staticmethod
+    def _room(capacity: Capacity, releases: dict, starts: list[float]) -> dict[GroupKey, list[float]]:
+        """Card-seconds each group has free from now to the end of each bucket: its cards over the span,
+        less what running jobs hold of it (until their predicted end; to the end for unknown ones)."""
+        now = starts[0]
+        room = {}
+        for group in capacity.groups():
+            cards = sum(s.node.gpu_count for s in group.slots)
+            held = releases.get(group.key, [])
+            room[group.key] = [
+                cards * (end - now) - sum(c * (min(when, end) - now) for when, c in held)
+                for end in starts[1:]
+            ]
+        return room
+
+    def _build(
+        self, window: list[_Job], starts: list[float], capacity: Capacity, room: dict, reserved: _Job | None
+    ) -> _Model:
+        """The MILP of docs/optimiser.md."""
+        now, horizon = starts[0], starts[-1]
+        buckets = len(starts) - 1
+        free = {
+            g.key: g.free + sum(share for s in g.slots for share, _ in s.shared) for g in capacity.groups()
+        }
+        sizes = {g.key: sum(s.node.gpu_count for s in g.slots) for g in capacity.groups()}
+        problem = pulp.LpProblem("cpn_plan", pulp.LpMinimize)
+        x: dict[tuple[int, int, int], pulp.LpVariable] = {}
+        constraints: list[pulp.LpConstraint] = []
+        weights = [j.weight for j in window]
+        if reserved is not None and window and window[0] is reserved:
+            weights[0] = 1.0 + sum(weights[1:])
+        now_terms: dict[GroupKey, list[tuple[pulp.LpVariable, float]]] = {}
+        area_terms: dict[GroupKey, list[list[tuple[pulp.LpVariable, float]]]] = {}
+        completion: list[list[tuple[pulp.LpVariable, float]]] = []
+        for i, job in enumerate(window):
+            mine = []
+            for o, (group, duration) in enumerate(job.options):
+                key = group.key
+                for k in range(buckets):
+                    if job.size > (free[key] if k == 0 else sizes[key]):
+                        continue
+                    # Only what starts now is carried out this round: it is binary; the later buckets
+                    # are a fluid plan, re-solved every round.
+                    if k == 0:
+                        var = pulp.LpVariable(f"x_{i}_{o}_{k}", cat=pulp.LpBinary)
+                    else:
+                        var = pulp.LpVariable(f"x_{i}_{o}_{k}", lowBound=0, upBound=1)
+                    x[(i, o, k)] = var
+                    # Options come own pool first, then inventory order: a tiny tie-breaker keeps the
+                    # seed's soft pool affinity where completion times are equal.
+                    end = (planned_start(starts, k) - now + duration) * (1 + AFFINITY_TIE * o)
+                    mine.append((var, end))
+                    if k == 0:
+                        now_terms.setdefault(key, []).append((var, job.size))
+                    rows = area_terms.setdefault(key, [[] for _ in range(buckets)])
+                    for kk in range(k, buckets):
+                        rows[kk].append((var, job.size * min(duration, starts[kk + 1] - starts[k])))
+            overflow = pulp.LpVariable(
+                f"y_{i}", lowBound=0, upBound=0 if (mine and i == 0 and reserved) else 1
+            )
+            mine.append((overflow, horizon - now + job.shortest))
+            completion.append(mine)
+            constraints.append(pulp.LpAffineExpression([(v, 1.0) for v, _ in mine]) == 1)
+        for key, terms in now_terms.items():
+            constraints.append(pulp.LpAffineExpression(terms) <= free[key])
+        for key, rows in area_terms.items():
+            for k, terms in enumerate(rows):
+                if terms:
+                    constraints.append(pulp.LpAffineExpression(terms) <= max(0.0, room[key][k]))
+        weighted = pulp.LpAffineExpression(
+            [(v, w * end) for w, mine in zip(weights, completion, strict=True) for v, end in mine]
+        )
+        if self.settings.objective == "makespan":
+            span = pulp.LpVariable("makespan", lowBound=0)
+            for mine in completion:
+                constraints.append(span >= pulp.LpAffineExpression([(v, end) for v, end in mine]))
+            problem += span + 1e-3 / max(1.0, sum(weights)) * weighted
+        else:
+            problem += weighted
+        for n, constraint in enumerate(constraints):
+            problem += constraint, f"c{n}"
+        return _Model(problem, x, starts, room, constraints)
+
+    # --- greedy's plan as warm start and fallback ------------------------------------------------
+
+    def _warm_start(
+        self, snapshot: Snapshot, capacity: Capacity, model: _Model, window: list[_Job], releases: dict
+    ) -> tuple[dict[int, tuple[int, int] | None], float] | None:
+        """Greedy's plan in the model's terms: what greedy starts now in bucket 0, the rest of the window
+        list-scheduled on the earliest-finishing group. Set as the variables' initial values; returns
+        (assignment, objective) when it is feasible in the model, else None."""
+        greedy = {p.job_id: p for p in self._greedy.decide(snapshot).placements}
+        free = {g.key: g.free for g in capacity.groups()}
+        projection = Projection(snapshot.now, free, releases)
+        assignment: dict[int, tuple[int, int] | None] = {}
+        starts = model.starts
+        for i, job in enumerate(window):
+            placement = greedy.get(job.spec.job_id)
+            choice = None
+            if placement is not None:
+                for o, (group, duration) in enumerate(job.options):
+                    if group.cluster == placement.cluster and (i, o, 0) in model.x:
+                        if placement.node in {s.node.name for s in group.slots}:
+                            choice = (o, 0, group.key, snapshot.now, duration)
+                            break
+            if choice is None:
+                best = projection.best(((g.key, d) for g, d in job.options), job.cards, snapshot.now)
+                if best is not None and best[1] < starts[-1]:
+                    key, start, duration = best
+                    k = max(kk for kk in range(len(starts) - 1) if starts[kk] <= start)
+                    o = next(oo for oo, (g, _) in enumerate(job.options) if g.key == key)
+                    if (i, o, k) in model.x:
+                        choice = (o, k, key, start, duration)
+            if choice is not None:
+                o, k, key, start, duration = choice
+                projection.book(key, job.cards, start, duration)
+                assignment[i] = (o, k)
+            else:
+                assignment[i] = None
+        for var in model.problem.variables():
+            var.setInitialValue(0)
+        for i, chosen in assignment.items():
+            if chosen is None:
+                model.problem.variablesDict()[f"y_{i}"].setInitialValue(1, check=False)
+            else:
+                model.x[(i, *chosen)].setInitialValue(1)
+        span = model.problem.variablesDict().get("makespan")
+        if span is not None:
+            now, horizon = starts[0], starts[-1]
+            ends = [
+                horizon - now + job.shortest
+                if chosen is None
+                else planned_start(starts, chosen[1]) - now + job.options[chosen[0]][1]
+                for job, chosen in zip(window, assignment.values(), strict=True)
+            ]
+            span.setInitialValue(max(ends, default=0.0))
+        in_bounds = all(v.valid(1e-6) for v in model.problem.variables())
+        if not in_bounds or not all(c.valid(1e-6) for c in model.constraints):
+            return None
+        return assignment, model.problem.objective.value()
+
+    def _solve(self, model: _Model, warm: bool) -> tuple[str, float | None, float | None]:
+        """Solve within the time limit: (status, objective, gap)."""
+        limit = self.settings.time_limit_s
+        if self.settings.solver == "highs":
+            solver = _WarmHighs(msg=False, timeLimit=limit, threads=1, gapRel=self.settings.gap)
+        else:
+            solver = pulp.PULP_CBC_CMD(
+                msg=False, timeLimit=max(1, math.ceil(limit)), warmStart=warm, gapRel=self.settings.gap
+            )
+        try:
+            model.problem.solve(solver)
+        except pulp.PulpSolverError as exc:
+            return f"error: {exc}", None, None
+        sol = model.problem.sol_status
+        if sol == pulp.LpSolutionOptimal:
+            status = "optimal"
+        elif sol == pulp.LpSolutionIntegerFeasible:
+            status = "feasible"
+        else:
+            return "no-solution", None, None
+        gap = None
+        if self.settings.solver == "highs":
+            info = model.problem.solverModel.getInfo()
+            gap = float(info.mip_gap) if math.isfinite(info.mip_gap) else None
+        return status, pulp.value(model.problem.objective), gap
+
+    @staticmethod
+    def _choose(model: _Model, window: list[_Job], status: str, objective: float | None, warm):
+        """The solver's plan, or greedy's where the solver has none or a worse one."""
+        if objective is None:
+            if warm is not None:
+                return warm[0], f"solver: {status}; greedy's plan"
+            return None, f"solver: {status}; no feasible greedy plan either"
+        if warm is not None and warm[1] < objective - 1e-6 * max(1.0, abs(objective)):
+            return warm[0], "greedy's plan scores better than the solver's within the time limit"
+        assignment: dict[int, tuple[int, int] | None] = {i: None for i in range(len(window))}
+        best: dict[int, float] = {}
+        for (i, o, k), var in model.x.items():
+            value = var.varValue or 0.0
+            if k == 0 and value > 0.5:
+                best[i], assignment[i] = math.inf, (o, k)
+            elif value > max(best.get(i, 0.0), 1e-6):
+                best[i], assignment[i] = value, (o, k)
+        return assignment, None
+
+    # --- carrying the plan out ---------------------------------------------------------------------
+
+    def _realise(self, snapshot, capacity, releases, jobs, window, assignment, model, reserved):
+        """Start what the plan starts now, backfill what delays nothing planned, explain the rest."""
+        now, starts, room = snapshot.now, model.starts, model.room
+        buckets = len(starts) - 1
+        usage = {key: [0.0] * buckets for key in room}
+        for i, chosen in assignment.items():
+            if chosen is None:
+                continue
+            o, k = chosen
+            group, duration = window[i].options[o]
+            for kk in range(k, buckets):
+                usage[group.key][kk] += window[i].size * min(duration, starts[kk + 1] - starts[k])
+        placements: list[Placement] = []
+        ends: list[tuple[GroupKey, int, float]] = []
+        planned = {id(window[i]): chosen for i, chosen in assignment.items()}
+        index = {id(j): i for i, j in enumerate(window)}
+        blocked_by_plan: set[str] = set()
+
+        def start(job: _Job, option, duration: float) -> None:
+            placements.append(capacity.take(option, job.spec))
+            self.book.record(option.placement, now + duration, not is_sharing(job.spec))
+            ends.append((option.group.key, job.cards, now + duration))
+
+        for i in sorted(
+            (i for i, c in assignment.items() if c is not None and c[1] == 0),
+            key=lambda i: (-window[i].spec.priority, window[i].shortest),
+        ):
+            job = window[i]
+            group, duration = job.options[assignment[i][0]]
+            option = next(
+                (o for o in capacity.fit(job.spec, {group.gpu_type}).options if o.group is group), None
+            )
+            if option is not None:
+                start(job, option, duration)
+        durations = {id(j): {g.key: d for g, d in j.options} for j in jobs}
+        backfill = [j for j in jobs if planned.get(id(j)) is None]
+        for job in sorted(backfill, key=lambda j: (-j.spec.priority, j.size * j.shortest)):
+            if capacity.hopeless(snapshot.shapes):
+                break
+            if not capacity.worth_trying(job.spec):
+                continue
+            fit = capacity.fit(job.spec, job.runtimes)
+            for option in sorted(fit.options, key=lambda o: durations[id(job)].get(o.group.key, math.inf)):
+                key = option.group.key
+                duration = durations[id(job)].get(key)
+                if duration is None:
+                    continue
+                need = [job.size * min(duration, starts[k + 1] - now) for k in range(buckets)]
+                if all(usage[key][k] + need[k] <= room[key][k] + 1e-6 for k in range(buckets)):
+                    for k in range(buckets):
+                        usage[key][k] += need[k]
+                    start(job, option, duration)
+                    break
+            else:
+                if fit.options:
+                    blocked_by_plan.add(job.spec.job_id)
+        placed = {p.job_id for p in placements}
+        # Predicted starts: the plan's jobs on their groups in bucket order, then the rest earliest-finish.
+        free = {g.key: g.free for g in capacity.groups()}
+        merged = {k: list(v) for k, v in releases.items()}
+        for key, cards, end in ends:
+            merged.setdefault(key, []).append((end, cards))
+        projection = Projection(now, free, merged)
+        predicted: dict[str, float] = {}
+        order = sorted(
+            (j for j in jobs if j.spec.job_id not in placed),
+            key=lambda j: (
+                planned[id(j)][1] if planned.get(id(j)) is not None else buckets,
+                index.get(id(j), len(window)),
+                -j.spec.priority,
+                j.size * j.shortest,
+            ),
+        )
+        transfer = snapshot.transfer_s
+        for job in order:
+            chosen = planned.get(id(job))
+            if chosen is not None:
+                group, duration = job.options[chosen[0]]
+                when = projection.earliest(group.key, job.cards, now)
+                best = (group.key, when, duration) if when < math.inf else None
+            else:
+                best = projection.best(((g.key, d) for g, d in job.options), job.cards, now)
+            if best is not None:
+                key, when, duration = best
+                projection.book(key, job.cards, when, duration)
+                moved = transfer.get(job.spec.job_id, {}).get(key[0], 0.0)
+                predicted[job.spec.job_id] = when + moved
+        explainer = WaitingExplainer(capacity)
+        held = reserved.spec.job_id if reserved is not None else "the jobs the plan starts soon"
+        waiting: list[Waiting] = []
+        for job in jobs:
+            job_id = job.spec.job_id
+            if job_id in placed:
+                continue
+            waiting.append(
+                explainer.explain(
+                    job.spec,
+                    estimated=True,
+                    held_for=held if job_id in blocked_by_plan else None,
+                    predicted_start=predicted.get(job_id),
+                )
+            )
+        return placements, waiting
+
+    def _record_all(self, snapshot: Snapshot, placements, jobs: list[_Job]) -> None:
+        """Book greedy's placements (fallback rounds) with their predicted ends."""
+        by_id = {j.spec.job_id: j for j in jobs}
+        for p in placements:
+            job = by_id.get(p.job_id)
+            if job is None:
+                continue
+            duration = next((d for g, d in job.options if g.cluster == p.cluster), job.shortest)
+            self.book.record(p, snapshot.now + duration, not is_sharing(job.spec))
