@@ -43,6 +43,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--estimators", default="rf,xgb", help="comma-separated: rf, xgb, baseline (default: %(default)s)"
     )
     train.add_argument("--seed", type=int, default=0, help="seed of folds, hold-out and models (default: 0)")
+    train.add_argument(
+        "--store",
+        help="job store whose completed jobs to train on too (default: this cpn home's, if it exists); "
+        "the runs record the latest completion, so retraining counts only later ones as new",
+    )
+    train.add_argument(
+        "--config-dir", help="cluster config naming the store's nodes' GPU types (default: the demo's)"
+    )
     train.set_defaults(func=run_train)
 
     predict = actions.add_parser(
@@ -236,28 +244,58 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _completions(args: argparse.Namespace) -> list:
+    """Completed jobs of the job store (`--store`, else this home's if it exists), as CompletedRuns."""
+    from config.runtime import runtime_settings
+    from config.settings import DEMO_DIR, load_profile
+    from cpn.engine.feedback import completed_runs
+    from cpn.inventory import nodes_from_config
+    from cpn.store import JobStore
+
+    path = Path(args.store) if args.store else runtime_settings().store_path
+    if not path.exists():
+        if args.store:
+            raise ConfigError(f"--store {args.store}: no such job store")
+        return []
+    nodes = nodes_from_config(load_profile(args.config_dir or DEMO_DIR).clusters)
+    with JobStore(path) as store:
+        return completed_runs(store, nodes)
+
+
 def run_train(args: argparse.Namespace) -> int:
-    """`cpn predictor train`: one MLflow run per estimator; prints versions and the champion decision."""
-    from models.registry import train_and_register
+    """`cpn predictor train`: a parent MLflow run with one child per estimator; prints the champion decisions.
+
+    Trains on the table plus the job store's completed jobs, and records the latest completion on the runs
+    (`cpn.completions_until`), as the retraining flow does, so that the next retraining counts only jobs
+    completed after it as new.
+    """
+    from models.retrain import observations_from_runs, retrain
 
     try:
         names = _names(args.estimators)
         _check_estimators(names)
         rows, catalog, data = _load_inputs(args, "predictor train")
-        results = train_and_register(
+        runs = _completions(args)
+        if runs:
+            print(f"training on {Path(data).name} plus {len(runs)} completed jobs", file=sys.stderr)
+        results = retrain(
+            observations_from_runs(runs),
             rows,
             catalog,
-            estimators=names,
             tracking_uri=args.tracking_uri,
+            completions_until=max((r.finished_at for r in runs), default=None),
+            data_source=Path(data).name,
+            estimators=names,
             experiment=args.experiment,
             model_name=args.model_name,
             seed=args.seed,
-            data_source=Path(data).name,
+            session="train",
         )
     except _input_errors() as exc:
         return _fail("predictor train", exc)
     for r in results:
-        print(f"{r.estimator:<9} run {r.run_id} version {r.version}: {r.reason}")
+        version = f"version {r.version}" if r.version else "no version registered"
+        print(f"{r.estimator:<9} run {r.run_id} {version}: {r.reason}")
     print(f"tracking store: {args.tracking_uri}  (mlflow ui --backend-store-uri {args.tracking_uri})")
     return 0
 

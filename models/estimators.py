@@ -44,6 +44,8 @@ class Prediction:
     """Standard deviation of the prediction in log space (relative spread)."""
     seen: np.ndarray
     """False where the model was not in the training data (the scheduler should explore it)."""
+    kind: np.ndarray | None = None
+    """Index into models.features.EXTRAPOLATION_KINDS per query (None where not computed)."""
 
     @property
     def steps_per_sec(self) -> np.ndarray:
@@ -85,7 +87,7 @@ class Estimator(ABC):
         feats = self.features.transform(queries, self.uses_neighbours)
         mean, spread = self._predict(queries, feats)
         spread = np.where(feats.seen, spread, np.hypot(spread, self.features.unseen_spread))
-        return Prediction(mean, spread, feats.seen)
+        return Prediction(mean, spread, feats.seen, self.features.kinds(queries))
 
     def with_catalog(self, catalog: BenchmarkCatalog) -> Estimator:
         """A copy that knows the GPU types of `catalog` (new products need no retraining)."""
@@ -125,7 +127,7 @@ class RandomForestEstimator(Estimator):
     def __init__(
         self,
         catalog: BenchmarkCatalog,
-        n_estimators: int = 200,
+        n_estimators: int = 100,
         max_features: float = 0.5,
         min_samples_leaf: int = 1,
         seed: int = 0,
@@ -151,8 +153,9 @@ class RandomForestEstimator(Estimator):
 
     @staticmethod
     def _per_tree(model: RandomForestRegressor, X: np.ndarray) -> np.ndarray:
+        # The trees' own Cython predict: sklearn's per-call checks cost more than the walk on small inputs.
         X = np.ascontiguousarray(X, dtype=np.float32)
-        return np.stack([t.predict(X, check_input=False) for t in model.estimators_])
+        return np.stack([t.tree_.predict(X).reshape(len(X), -1)[:, 0] for t in model.estimators_])
 
     def _predict(self, queries: Sequence[Query], feats: Features) -> tuple[np.ndarray, np.ndarray]:
         local_model = getattr(self, "local_model", None)

@@ -40,6 +40,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -65,6 +66,16 @@ batch and count on other GPU types, shifted by the model's own ratio between the
 other models' ratio at that count; the same configuration on the GPU types just slower and just faster
 than the query's (by benchmark speed), interpolated log-log at the query's speed (never extrapolated)."""
 
+EXTRAPOLATION_KINDS = ("seen", "batch", "count", "gpu", "model")
+"""How far a query is from what the predictor trained on: its configuration was measured (`seen`); its
+workload was measured on that GPU type at that count but not at that batch size (`batch`); on that GPU
+type but not at that count (`count`); not on that GPU type (`gpu`); never (`model`). Spreads are
+calibrated per kind (models.predictor)."""
+
+NEIGHBOUR_CACHE = 100_000
+"""Neighbour estimates kept per builder: every measured configuration's, and up to this many queries'
+(the scheduler asks about the same queued jobs every round)."""
+
 LOCAL_KINDS = ("none", "other_models", "speed_line", "same_model_line", "rectangle")
 """What the local prior was built from (`Features.local_kind` indexes this)."""
 
@@ -73,6 +84,7 @@ class PredictorInputError(ValueError):
     """A query or a training row the predictor cannot use; the message says which and why."""
 
 
+@lru_cache(maxsize=4096)
 def model_key(name: str) -> str:
     """Key of a model name: lower case, letters and digits only (`ResNet-50` -> `resnet50`)."""
     if not isinstance(name, str):
@@ -123,6 +135,7 @@ def query_of(row: ThroughputRow) -> Query:
     return Query(row.model, row.batch_size, row.gpu_type, row.num_gpus, precision=row.precision)
 
 
+@lru_cache(maxsize=4096)
 def workload_key(model: str, precision: str = "fp32") -> str:
     """What the predictor learns one throughput curve for: the model, and its precision unless fp32
     (`resnet50`, `resnet50@fp16`): mixed precision changes how a model's speed moves with the card."""
@@ -183,7 +196,7 @@ class FeatureBuilder:
         self._default_ref = 0.0
         self._measured_nb: dict[tuple[str, int | None, str, int], tuple[list[float], float, int]] = {}
         """Neighbour estimates of each measured configuration (they leave that configuration out, so a
-        query for it gets the same as its training rows): computed once, at training or on first use."""
+        query for it gets the same as its training rows) and of queries asked before: computed once."""
         self.unseen_spread = 0.0
         """Spread of the model references (log space): how wrong the median is for a model never seen."""
 
@@ -296,7 +309,7 @@ class FeatureBuilder:
             for g2 in self._gpus:
                 other = self._measured.get((m, b, g2, n)) if g2 != g else None
                 if other is not None:
-                    for k in ((g, g2, n), (g, g2, n, m)):
+                    for k in ((g, g2, n), (g, g2, n, m), ("own", m, g, g2)):
                         ratio[k][0] += v - other
                         ratio[k][1] += 1
         self._cell_ratio = dict(ratio)
@@ -306,17 +319,10 @@ class FeatureBuilder:
         d = self._measured
         sums, weights = [0.0] * len(NEIGHBOUR_FEATURES), [0.0] * len(NEIGHBOUR_FEATURES)
         lb = math.log(batch) if batch is not None else 0.0
-        own_ratio: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         ref_here: float | None = None
         for (_, b2, g2, n2), v2 in self._by_model.get(key, ()):
             if (b2, g2, n2) == (batch, gpu, n):
                 continue
-            if g2 == gpu:
-                for g3 in self._gpus:
-                    partner = d.get((key, b2, g3, n2)) if g3 != gpu else None
-                    if partner is not None:
-                        own_ratio[g3][0] += v2 - partner
-                        own_ratio[g3][1] += 1
             if b2 == batch:
                 if g2 == gpu:
                     w = math.exp(-abs(math.log2(n2 / n)))
@@ -349,7 +355,11 @@ class FeatureBuilder:
             if y1 is None:
                 continue
             line[self._profile(g3).log_speed].append(y1)
-            s, c = own_ratio.get(g3, (0.0, 0.0))
+            # The model's own ratio between the two GPU types over its other configurations.
+            s, c = self._cell_ratio.get(("own", key, gpu, g3), (0.0, 0.0))
+            here = d.get((key, batch, gpu, n))
+            if here is not None:
+                s, c = s - (here - y1), c - 1
             if c:
                 sums[5] += y1 + s / c
                 weights[5] += 1
@@ -375,6 +385,23 @@ class FeatureBuilder:
             if vals:
                 return sum(vals) / len(vals), kind
         return math.nan, 0
+
+    def kinds(self, queries: Sequence[Query]) -> np.ndarray:
+        """Index into EXTRAPOLATION_KINDS of each query (see there)."""
+        at_count = {(k[0], k[2], k[3]) for k in self._measured}
+        on_gpu = {(k[0], k[2]) for k in self._measured}
+        out = np.empty(len(queries), dtype=np.int64)
+        for i, q in enumerate(queries):
+            key, gpu = workload_key(q.model, q.precision), self._profile(q.gpu_type, q.node).key
+            if (key, q.batch_size, gpu, q.num_gpus) in self._measured:
+                out[i] = 0
+            elif (key, gpu, q.num_gpus) in at_count:
+                out[i] = 1
+            elif (key, gpu) in on_gpu:
+                out[i] = 2
+            else:
+                out[i] = 3 if key in self._by_model else 4
+        return out
 
     def _profile(self, gpu_type: str, node: str | None = None) -> GpuProfile:
         profile = self.catalog.find(gpu_type, node)
@@ -470,7 +497,7 @@ class FeatureBuilder:
             if cached_nb is None:
                 nb = self._neighbours(*nb_key)
                 cached_nb = (nb, *self.local_prior_of(nb))
-                if nb_key in self._measured:
+                if nb_key in self._measured or len(nb_cache) < NEIGHBOUR_CACHE:
                     nb_cache[nb_key] = cached_nb
             neighbours[i], local_prior[i], local_kind[i] = cached_nb
         inputs = self._physical_inputs(queries, profiles)

@@ -1,11 +1,13 @@
 """MLflow: one run per trained estimator, the model registry, the `champion` alias, loading with fallback.
 
-`train_and_register` trains each estimator on the data less a held-out 20% of its
-configurations, logs parameters, the three cross-validated splits' metrics, timings, a
-predicted-vs-actual plot and feature importances, logs the Predictor as a pyfunc model
-with its signature and registers it. The `champion` alias moves to a new version only
-when it beats the current champion on the *same* held-out rows (the new run's; the
-champion may even have trained on them, which only makes it harder to beat).
+`train_and_register` opens one parent run per training session and, per estimator, a child run:
+it trains on the data less a held-out 20% of its configurations, logs parameters, the
+cross-validated splits' metrics (the same names for every estimator), timings, a
+predicted-vs-actual plot and feature importances, and logs the Predictor as a pyfunc model with
+its signature. The `champion` alias moves to the new model only when it beats the current
+champion on the held-out rows the champion did not train on (`challenge`); only then is a
+version registered (tagged with its estimator). Every run says why it won or lost (tag
+`champion_decision` and its description).
 
 `ChampionLoader` loads `models:/NAME@champion` and, when MLflow cannot be reached or the
 model cannot be loaded, keeps serving the last model it loaded and logs that it does.
@@ -131,8 +133,8 @@ class RunResult:
 
     estimator: str
     run_id: str
-    version: str
-    """Registered model version."""
+    version: str | None
+    """Registered model version; None when the run did not take the champion alias (nothing registered)."""
     holdout_mape: float
     champion: bool
     """True if this version took the champion alias."""
@@ -256,12 +258,15 @@ def train_and_register(
     seed: int = 0,
     data_source: str = "",
     tags: dict[str, str] | None = None,
+    session: str = "train",
 ) -> list[RunResult]:
-    """Train, log and register each estimator; move the champion alias per the rule above.
+    """Train, log each estimator as a child run of one parent run (the session), register what wins.
 
-    Sets MLflow's process-wide tracking URI to `tracking_uri`. `params` maps an
-    estimator name to hyperparameters; `splits` are the cross-validated splits to log;
-    `tags` are set on every run (retraining records what it trained on there).
+    Sets MLflow's process-wide tracking URI to `tracking_uri`. `params` maps an estimator name to
+    hyperparameters; `splits` are the cross-validated splits to log; `tags` are set on the parent and
+    every child run (retraining records what it trained on there). A version is registered only when
+    it takes the champion alias (the first one always does): a session where no estimator beats the
+    champion adds no version. Progress is logged on the `models.registry` logger at INFO.
     """
     rows = list(rows)
     mlflow.set_tracking_uri(tracking_uri)
@@ -272,51 +277,97 @@ def train_and_register(
     holdout_actual = np.array([r.steps_per_sec for r in holdout])
     holdout_gpus = [r.gpu_type for r in holdout]
     results = []
-    for name in estimators:
-        est_params = (params or {}).get(name, {})
-        with mlflow.start_run(experiment_id=experiment_id, run_name=name) as run:
-            predictor = fit_predictor(train, catalog, name, memory_samples, seed=seed, **est_params)
-            mlflow.log_params(
-                {
-                    "estimator": name,
-                    **predictor.estimator.params(),
-                    "seed": seed,
-                    "spread_scale": predictor.spread_scale,
-                    "rows": len(rows),
-                    "holdout_rows": len(holdout),
-                    "data": data_source,
-                    "gpu_types": ",".join(catalog.gpu_types()),
-                    "workloads": ",".join(catalog.workloads),
-                }
-            )
-            _log_evaluation(rows, catalog, name, seed, est_params, splits)
-            predicted = predictor.throughput([query_of(r) for r in holdout])
-            m = metrics(holdout_actual, predicted, holdout_gpus)
-            mlflow.log_metrics({f"holdout_{k}": m[k] for k in LOGGED_METRICS if m[k] is not None})
-            _log_artifacts(
-                predictor, holdout, predicted, f"{name}: held-out configurations, MAPE {m['mape']:.1%}"
-            )
-            info = mlflow.pyfunc.log_model(
-                name="model",
-                python_model=PredictorModel(predictor),
-                signature=SIGNATURE,
-                input_example=queries_frame(holdout[:5]),
-                pip_requirements=_pip_requirements(),
-                registered_model_name=model_name,
-            )
-            version = str(info.registered_model_version)
-            won, reason = promote_if_better(tracking_uri, model_name, version, holdout, m["mape"])
-            mlflow.set_tags({**(tags or {}), "champion_decision": reason, "registered_version": version})
-            log.info(
-                "%s: run %s, version %s, held-out MAPE %.3f; %s",
-                name,
-                run.info.run_id,
-                version,
-                m["mape"],
-                reason,
-            )
-            results.append(RunResult(name, run.info.run_id, version, m["mape"], won, reason))
+    log.info(
+        "%s: %d rows (%d held out to decide the champion), estimators %s",
+        session,
+        len(rows),
+        len(holdout),
+        ", ".join(estimators),
+    )
+    with mlflow.start_run(experiment_id=experiment_id, run_name=session) as parent:
+        mlflow.set_tags({**(tags or {}), "cpn.session": session})
+        mlflow.log_params({"rows": len(rows), "holdout_rows": len(holdout), "data": data_source})
+        for name in estimators:
+            est_params = (params or {}).get(name, {})
+            with mlflow.start_run(experiment_id=experiment_id, run_name=name, nested=True) as run:
+                mlflow.set_tags({**(tags or {}), "cpn.session": session})
+                log.info("%s: fitting on %d rows", name, len(train))
+                start = time.perf_counter()
+                predictor = fit_predictor(train, catalog, name, memory_samples, seed=seed, **est_params)
+                log.info("%s: fitted in %.1f s", name, time.perf_counter() - start)
+                mlflow.log_params(
+                    {
+                        "estimator": name,
+                        **predictor.estimator.params(),
+                        "seed": seed,
+                        **{f"spread_scale_{k}": v for k, v in predictor.spread_scale.items()},
+                        "rows": len(rows),
+                        "holdout_rows": len(holdout),
+                        "data": data_source,
+                        "gpu_types": ",".join(catalog.gpu_types()),
+                        "workloads": ",".join(catalog.workloads),
+                    }
+                )
+                _log_evaluation(rows, catalog, name, seed, est_params, splits)
+                predicted = predictor.throughput([query_of(r) for r in holdout])
+                m = metrics(holdout_actual, predicted, holdout_gpus)
+                mlflow.log_metrics({f"holdout_{k}": m[k] for k in LOGGED_METRICS if m[k] is not None})
+                _log_artifacts(
+                    predictor, holdout, predicted, f"{name}: held-out configurations, MAPE {m['mape']:.1%}"
+                )
+                info = mlflow.pyfunc.log_model(
+                    name="model",
+                    python_model=PredictorModel(predictor),
+                    signature=SIGNATURE,
+                    input_example=queries_frame(holdout[:5]),
+                    pip_requirements=_pip_requirements(),
+                )
+                won, reason = challenge(tracking_uri, model_name, holdout, predicted.steps_per_sec)
+                version = None
+                if won:
+                    version = _register(client, model_name, info.model_uri, run.info.run_id, name, reason)
+                mlflow.set_tags(
+                    {
+                        "champion_decision": reason,
+                        "cpn.champion": str(won).lower(),
+                        "registered_version": version or "none",
+                        "mlflow.note.content": f"{name}: {reason}",
+                    }
+                )
+                log.info(
+                    "%s: run %s, held-out MAPE %.3f; %s%s",
+                    name,
+                    run.info.run_id,
+                    m["mape"],
+                    reason,
+                    f" (version {version})" if version else " (no version registered)",
+                )
+                results.append(RunResult(name, run.info.run_id, version, m["mape"], won, reason))
+        mlflow.set_tag(
+            "mlflow.note.content",
+            "; ".join(f"{r.estimator}: {r.reason}" for r in results) or "no estimator trained",
+        )
+    log.info("%s: parent run %s", session, parent.info.run_id)
     return results
+
+
+def _register(
+    client: MlflowClient, model_name: str, model_uri: str, run_id: str, estimator: str, reason: str
+) -> str:
+    """Register the logged model as a version tagged with its estimator, and give it the champion alias."""
+    try:
+        client.create_registered_model(model_name)
+    except MlflowException:
+        pass  # it exists
+    version = client.create_model_version(
+        model_name,
+        model_uri,
+        run_id=run_id,
+        tags={"estimator": estimator},
+        description=reason,
+    ).version
+    client.set_registered_model_alias(model_name, CHAMPION, str(version))
+    return str(version)
 
 
 @dataclass(frozen=True)
@@ -359,31 +410,41 @@ def _load_version(tracking_uri: str, name: str, version: str) -> Predictor:
     return mlflow.pyfunc.load_model(path).unwrap_python_model().predictor
 
 
-def promote_if_better(
-    tracking_uri: str,
-    model_name: str,
-    version: str,
-    holdout: Sequence[ThroughputRow],
-    candidate_mape: float,
+def challenge(
+    tracking_uri: str, model_name: str, holdout: Sequence[ThroughputRow], candidate: np.ndarray
 ) -> tuple[bool, str]:
-    """Give `version` the champion alias iff it beats the current champion on `holdout`; (moved, why)."""
+    """(should the candidate take the champion alias, why): it must beat the current champion on the
+    held-out rows the champion did not train on, a fair comparison (both predict rows they never saw).
+
+    `candidate` is the candidate's predicted steps/s of `holdout`. No champion yet, or one that cannot
+    predict these rows: the candidate wins. No held-out row the champion did not train on: it keeps the
+    alias (no fair comparison is possible).
+    """
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    actual = np.array([r.steps_per_sec for r in holdout])
+    mine = float(np.mean(np.abs(candidate - actual) / actual))
     try:
         current = client.get_model_version_by_alias(model_name, CHAMPION)
     except MlflowException:
-        client.set_registered_model_alias(model_name, CHAMPION, version)
-        return True, f"champion: first champion (held-out MAPE {candidate_mape:.3f})"
+        return True, f"champion: first champion (held-out MAPE {mine:.3f})"
     try:
         champion = _load_version(tracking_uri, model_name, current.version)
-        predicted = champion.throughput([query_of(r) for r in holdout]).steps_per_sec
+        fair = ~champion.trained_on([query_of(r) for r in holdout])
+        if not fair.any():
+            return False, (
+                f"not champion: version {current.version} trained on all {len(holdout)} held-out rows, so no "
+                "fair comparison is possible; it keeps the alias"
+            )
+        theirs_pred = champion.throughput([query_of(r) for r, f in zip(holdout, fair, strict=True) if f])
     except PredictorInputError as exc:
-        client.set_registered_model_alias(model_name, CHAMPION, version)
         return True, f"champion: version {current.version} cannot predict the held-out rows ({exc})"
-    actual = np.array([r.steps_per_sec for r in holdout])
-    champion_mape = float(np.mean(np.abs(predicted - actual) / actual))
-    versus = f"held-out MAPE {candidate_mape:.3f} vs {champion_mape:.3f} of version {current.version}"
-    if candidate_mape < champion_mape:
-        client.set_registered_model_alias(model_name, CHAMPION, version)
+    mine = float(np.mean(np.abs(candidate[fair] - actual[fair]) / actual[fair]))
+    theirs = float(np.mean(np.abs(theirs_pred.steps_per_sec - actual[fair]) / actual[fair]))
+    versus = (
+        f"held-out MAPE {mine:.3f} vs {theirs:.3f} of version {current.version} on the {int(fair.sum())} "
+        f"of {len(holdout)} held-out rows it did not train on"
+    )
+    if mine < theirs:
         return True, f"champion: {versus}"
     return False, f"not champion: {versus}"
 

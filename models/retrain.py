@@ -83,6 +83,7 @@ def retrain(
     catalog: BenchmarkCatalog,
     tracking_uri: str = DEFAULT_TRACKING_URI,
     completions_until: float | None = None,
+    data_source: str = "table",
     **options: Any,
 ) -> list[RunResult]:
     """Train on `table` plus `observations`, log and register each estimator, apply the champion rule.
@@ -93,7 +94,7 @@ def retrain(
     """
     rows = training_rows(table) + [o.row() for o in observations]
     memory = [s for s in (o.memory_sample() for o in observations) if s is not None]
-    source = f"table + {len(observations)} completed jobs"
+    source = f"{data_source} + {len(observations)} completed jobs"
     tags = {} if completions_until is None else {COMPLETIONS_UNTIL_TAG: repr(float(completions_until))}
     return train_and_register(
         rows,
@@ -102,7 +103,7 @@ def retrain(
         tracking_uri=tracking_uri,
         data_source=source,
         tags=tags,
-        **options,
+        **{"session": "retrain", **options},
     )
 
 

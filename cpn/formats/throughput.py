@@ -191,9 +191,8 @@ def _header(path: Path, fieldnames: Sequence[str] | None) -> dict[str, int]:
         index[name] = i
     if "gpu_product" not in index and "gpu_type" in index:
         index["gpu_product"] = index["gpu_type"]
-    if "samples_per_sec" in index:  # steps/s then come from samples/s
-        index.setdefault("steps_per_sec", index["samples_per_sec"])
-    missing = [c for c in COLUMNS if c not in index]
+    optional = {"steps_per_sec"} if "samples_per_sec" in index else set()  # then from samples/s
+    missing = [c for c in COLUMNS if c not in index and c not in optional]
     if missing:
         hints = []
         for c in missing:
@@ -271,7 +270,7 @@ class ThroughputTable:
                 batch, num_gpus = _batch(rec[col["batch_size"]]), _whole(rec[col["num_gpus"]], "num_gpus")
                 samples = rec[col["samples_per_sec"]] if "samples_per_sec" in col else ""
                 if samples.strip():
-                    given = rec[col["steps_per_sec"]]
+                    given = rec[col["steps_per_sec"]] if "steps_per_sec" in col else ""
                     steps = _rate(samples, batch, num_gpus, _steps(given) if given.strip() else None)
                 else:
                     steps = _steps(rec[col["steps_per_sec"]])

@@ -10,9 +10,15 @@ import pytest
 from cpn.formats.throughput import ThroughputRow
 from cpn.jobs import JobSpec
 from models.evaluation import out_of_fold
-from models.features import PredictorInputError, Query
+from models.features import EXTRAPOLATION_KINDS, PredictorInputError, Query
 from models.memory import MemoryModel, MemorySample
-from models.predictor import calibrate_spread, fit_predictor
+from models.predictor import (
+    CALIBRATION_FOLDS,
+    CALIBRATION_SPLITS,
+    calibrate_spread,
+    fit_predictor,
+    spread_ratios,
+)
 from models.retrain import Observation, RetrainSchedule
 from tests.unit.test_predictor_support import catalog, law, rows
 
@@ -165,29 +171,59 @@ def test_retrain_schedule_fires_on_completions_or_time():
         RetrainSchedule(every_completions=0)
 
 
-def test_spread_is_calibrated_on_out_of_fold_errors():
-    noisy = [
+def _noisy() -> list[ThroughputRow]:
+    return [
         ThroughputRow(
             r.model, r.batch_size, r.gpu_type, r.num_gpus, r.steps_per_sec * math.exp(0.3 * ((i * 7) % 5 - 2))
         )
         for i, r in enumerate(rows())
     ]
+
+
+def test_spread_is_calibrated_per_kind_on_out_of_fold_errors():
+    noisy = _noisy()
     params = {"n_estimators": 60, "members": 2}
-    scale = calibrate_spread(noisy, catalog(), "xgb", params=params)
-    oof = out_of_fold(noisy, catalog(), "xgb", "random", params=params)
-    inside = (
-        np.abs(np.log([r.steps_per_sec for r in noisy]) - oof.log_steps_per_sec) <= scale * oof.log_spread
-    )
-    assert scale > 1  # members agree more than their errors warrant
-    assert inside.mean() == pytest.approx(0.68, abs=0.03)
+    scales = calibrate_spread(noisy, catalog(), "xgb", params=params)
+    ratios, kinds = [], []
+    for split in CALIBRATION_SPLITS:
+        oof = out_of_fold(noisy, catalog(), "xgb", split, params=params, max_folds=CALIBRATION_FOLDS)
+        ratios.append(spread_ratios(noisy, oof))
+        kinds.append(oof.kind)
+    ratios, kinds = np.concatenate(ratios), np.concatenate(kinds)
+    for i, kind in enumerate(EXTRAPOLATION_KINDS):
+        if (kinds == i).sum() >= 20:
+            assert (ratios[kinds == i] <= scales[kind]).mean() == pytest.approx(0.68, abs=0.05), kind
+    assert max(scales.values()) > 1  # members agree more than their errors warrant
+    assert scales["seen"] == min(scales.values())
 
     predictor = fit_predictor(noisy, catalog(), "xgb", **params)
-    raw = predictor.estimator.predict([Query("LM", 20, "v100", 1)])
-    assert predictor.spread_scale == pytest.approx(scale)
-    assert predictor.throughput([Query("LM", 20, "v100", 1)]).log_spread == pytest.approx(
-        raw.log_spread * scale
-    )
-    assert fit_predictor(noisy, catalog(), "xgb", calibrate=False, **params).spread_scale == 1.0
+    queries = [Query("LM", 20, "v100", 1), Query("LM", 30, "v100", 1)]
+    raw = predictor.estimator.predict(queries)
+    assert predictor.spread_scale == pytest.approx(scales)
+    expected = [raw.log_spread[0] * scales["seen"], raw.log_spread[1] * scales["batch"]]
+    assert predictor.throughput(queries).log_spread == pytest.approx(expected)
+    uncalibrated = fit_predictor(noisy, catalog(), "xgb", calibrate=False, **params)
+    assert set(uncalibrated.spread_scale.values()) == {1.0}
+
+
+def test_each_kind_of_extrapolation_gets_a_wider_spread_than_a_measured_configuration():
+    def left_out(r: ThroughputRow) -> bool:
+        if r.model != "ResNet-50":
+            return False
+        on_p100 = r.gpu_type == "p100" and ((r.batch_size == 64 and r.num_gpus == 2) or r.num_gpus == 4)
+        return on_p100 or r.gpu_type == "v100"
+
+    predictor = fit_predictor([r for r in _noisy() if not left_out(r)], catalog(), "rf", n_estimators=60)
+    queries = [
+        Query("ResNet-50", 32, "p100", 2),  # measured
+        Query("ResNet-50", 64, "p100", 2),  # batch size never measured on p100 x 2
+        Query("ResNet-50", 32, "p100", 4),  # GPU count never measured on p100
+        Query("ResNet-50", 32, "v100", 2),  # GPU type never measured for the model
+    ]
+    pred = predictor.throughput(queries)
+    assert [EXTRAPOLATION_KINDS[k] for k in pred.kind] == ["seen", "batch", "count", "gpu"]
+    assert (pred.log_spread[1:] > pred.log_spread[0]).all(), pred.log_spread
+    assert predictor.trained_on(queries).tolist() == [True, False, False, False]
 
 
 def test_retraining_is_due_after_enough_new_completions_or_enough_time():
