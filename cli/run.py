@@ -114,7 +114,7 @@ def run_service(args: argparse.Namespace) -> int:
     except (ConfigError, ThroughputFormatError, StoreError, ValueError, FileNotFoundError) as exc:
         print(f"cpn run: {exc}", file=sys.stderr)
         return 2
-    with service.store:
+    try:
         service.start()
         server = uvicorn.Server(
             uvicorn.Config(
@@ -148,5 +148,7 @@ def run_service(args: argparse.Namespace) -> int:
         stats = loop.run()
         server.should_exit = True
         http.join(timeout=10)
+    finally:
+        service.close()
     print(f"cpn run: stopped after {stats.rounds} rounds, {stats.placed} jobs started", flush=True)
     return 0

@@ -152,7 +152,19 @@ class Cluster(_Strict):
         False, description="Talk plain HTTP / unverified TLS to `registry` (loopback test registries)."
     )
     metrics: MetricsSettings = Field(MetricsSettings(), description="How `prometheus_url` is read.")
-    node_groups: tuple[NodeGroup, ...] = Field(min_length=1, description="The cluster's GPU nodes.")
+    node_groups: tuple[NodeGroup, ...] = Field(
+        (),
+        description="The cluster's GPU nodes, for a simulated cluster (one without kube_context); a real "
+        "cluster's nodes are read from its API server.",
+    )
+
+    @model_validator(mode="after")
+    def _nodes_of_simulated_clusters(self) -> Cluster:
+        if not self.kube_context and not self.node_groups:
+            raise ValueError(
+                "node_groups: a simulated cluster (no kube_context) needs at least one node group"
+            )
+        return self
 
 
 class ClustersConfig(_Strict):

@@ -83,7 +83,8 @@ class Service:
         self.scheduler.reconcile(self.gateway.held_jobs())
 
     def close(self) -> None:
-        """Close the store."""
+        """Stop the gateways' background work and close the store."""
+        self.gateway.close()
         self.store.close()
 
 

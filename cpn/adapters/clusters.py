@@ -61,6 +61,13 @@ class ClusterSet:
         events = [event for gateway in self._distinct for event in gateway.poll_events()]
         return sorted(events, key=lambda e: e.time)
 
+    def close(self) -> None:
+        """Stop what the gateways run in the background (a real cluster's watches)."""
+        for gateway in self._distinct:
+            close = getattr(gateway, "close", None)
+            if close is not None:
+                close()
+
     def held_jobs(self) -> frozenset[str]:
         """Jobs any gateway holds."""
         return frozenset().union(*(gateway.held_jobs() for gateway in self._distinct))

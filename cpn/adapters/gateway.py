@@ -33,7 +33,14 @@ class JobEvent:
 
 
 class SubmitRejected(RuntimeError):
-    """The cluster refused the job (no such node, not enough free GPUs, invalid manifest)."""
+    """The cluster refused the job (no such node, not enough free GPUs, invalid manifest).
+
+    `transient` says whether trying again later may work (capacity taken meanwhile, an API server
+    that stayed unavailable): such a job is queued again; otherwise (a manifest the API server
+    refuses) the job fails with the cluster's message.
+    """
+
+    transient: bool = True
 
 
 class ClusterGateway(Protocol):

@@ -383,15 +383,17 @@ class Scheduler:
         """Stage 5b: submit each placed job through the gateway; returns (submitted, refused).
 
         The job is `assigned` in the store before the gateway is called and `submitted` after, so a
-        crash in between is settled by `reconcile` against what the cluster holds. A refusal queues the
-        job again with the cluster's reason.
+        crash in between is settled by `reconcile` against what the cluster holds. A transient refusal
+        queues the job again with the cluster's reason; a final one (the API server refuses the
+        manifest) fails it with that reason.
         """
         placed = refused = 0
         for placement in placements:
             try:
                 self.gateway.submit(self._spec(placement.job_id), placement)
             except SubmitRejected as exc:
-                self.store.transition(placement.job_id, JobState.QUEUED, reason=f"submit refused: {exc}")
+                state = JobState.QUEUED if exc.transient else JobState.FAILED
+                self.store.transition(placement.job_id, state, reason=f"submit refused: {exc}")
                 refused += 1
                 continue
             self.store.transition(placement.job_id, JobState.SUBMITTED)

@@ -4,7 +4,8 @@ Submitting a job holds specific cards from now until the job ends: all its cards
 one node or, for a job wider than a node, on several nodes of one cluster. A job with a `gpu_share`
 joins a card other sharing jobs hold while the shares sum to at most 1 (the card chosen as
 `cpn.rules.pick_shared_card` says), or opens a free card. The cluster admits a job only
-on a node of a pool whose taints it tolerates (`cpn.rules.admission_problem`) and within
+on a node of a pool whose taints it tolerates and of a GPU product, pool and memory the job allows
+(`cpn.rules.job_admission_problem`), and within
 the node's CPU; its memory is checked when it starts training, against the card's memory or, on a
 shared card, what its partners leave (OOM).
 
@@ -28,7 +29,7 @@ from cpn.clock import SimClock
 from cpn.decisions import Placement
 from cpn.inventory import Node, NodeState, SharedCard
 from cpn.jobs import JobSpec
-from cpn.rules import admission_problem, gang_cpu, is_sharing, pick_shared_card
+from cpn.rules import gang_cpu, is_sharing, job_admission_problem, pick_shared_card
 from cpn.sim.truth import GroundTruth, RunOutcome
 
 __all__ = ["Execution", "GroundTruth", "SimulatedGateway"]
@@ -231,7 +232,7 @@ class SimulatedGateway:
                 raise SubmitRejected(f"node {node.key} is listed twice in the placement of {job.job_id}")
             if plan and node.gpu_type != plan[0][0].gpu_type:
                 raise SubmitRejected(f"a gang runs on one GPU type; {node.key} has {node.gpu_type}")
-            if (problem := admission_problem(node, job.kind)) is not None:
+            if (problem := job_admission_problem(node, job)) is not None:
                 raise SubmitRejected(problem)
             if count < 1 or (count > len(use.free) and not is_sharing(job)):
                 raise SubmitRejected(
