@@ -7,10 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-from config.policies import parse_overrides
+from config.policies import parse_overrides, policy_settings
 from config.settings import ConfigError
 from cpn.bench.policies import bench_policies
 from cpn.bench.policies_report import format_table, to_json, write_plots
+from cpn.bench.solver import bench_solver
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
 from cpn.formats.trace_csv import TraceFormatError
 from cpn.policies import POLICIES
@@ -68,6 +69,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", help="write the figures as JSON here")
     p.add_argument("--plots", help="write JCT CDF, utilisation and per-cluster Gantt PNGs to this folder")
     p.set_defaults(func=run_policies)
+    s = bench_sub.add_parser(
+        "solver",
+        help="time an optimising policy's rounds on generated queues",
+        description=(
+            "Generate a queue of --jobs jobs on --gpus cards (three sites: K80, P100, V100, 8-card nodes), "
+            "run --rounds scheduling rounds on simulated clusters, topping the queue up after each, and "
+            "report the median and max time of a round's decision and the rounds that fell back to "
+            "greedy's plan."
+        ),
+    )
+    s.add_argument("--jobs", type=int, required=True, help="jobs kept queued")
+    s.add_argument("--gpus", type=int, required=True, help="cards in the generated clusters")
+    s.add_argument("--rounds", type=int, default=10, help="rounds to time (default: %(default)s)")
+    s.add_argument("--policy", default="milp", help=f"one of {', '.join(POLICIES)} (default: %(default)s)")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a policy setting")
+    s.add_argument("--seed", type=int, default=0, help="queue generator seed (default: %(default)s)")
+    s.add_argument(
+        "--throughputs", default=str(GAVEL_ISOLATED), help="throughput table CSV (default: Gavel's)"
+    )
+    s.add_argument("--json", help="write the figures as JSON here")
+    s.set_defaults(func=run_solver)
     from cli.bench_intake import register_bench as register_intake_bench
 
     register_intake_bench(bench_sub)
@@ -88,6 +110,30 @@ def _trained_predictor(throughputs: str, benchmarks: str | None):
     print("training the predictor on the throughput table ...", file=sys.stderr, flush=True)
     catalog = BenchmarkCatalog.load(benchmarks) if benchmarks else BenchmarkCatalog.load()
     return fit_predictor(training_rows(ThroughputTable.load(throughputs)), catalog)
+
+
+def run_solver(args: argparse.Namespace) -> int:
+    """Time the policy's rounds; exit 2 on bad input."""
+    try:
+        if args.jobs < 1 or args.gpus < 1 or args.rounds < 1:
+            raise ValueError("--jobs, --gpus and --rounds must be at least 1")
+        settings = policy_settings(args.policy, **parse_overrides(args.set))
+        result = bench_solver(
+            settings, args.jobs, args.gpus, ThroughputTable.load(args.throughputs), args.rounds, args.seed
+        )
+    except (ThroughputFormatError, ValueError, FileNotFoundError) as exc:
+        print(f"cpn bench solver: {exc}", file=sys.stderr)
+        return 2
+    out = result.to_json()
+    print(
+        f"{args.policy}: {out['jobs']:,} queued jobs on {out['gpus']:,} GPUs, {out['rounds']} rounds: median "
+        f"{out['median_s']:.3f} s, max {out['max_s']:.3f} s, {out['fallbacks']} on greedy's plan"
+    )
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
 
 
 def run_policies(args: argparse.Namespace) -> int:

@@ -147,7 +147,7 @@ class SolverRound:
     gap: float | None
     """Relative MIP gap the solver proved; None where the solver does not report one (CBC via PuLP)."""
     solve_s: float
-    """Wall time of building and solving the model."""
+    """Wall time of building the model, greedy's warm start and the solve."""
     fallback: str | None = None
     """Why greedy's plan was used instead of the solver's; None when the solver's was."""
     jobs: int = 0

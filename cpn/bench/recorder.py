@@ -5,6 +5,7 @@ per-round figures."""
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +23,8 @@ class RecordingPolicy:
     first_predicted: dict[str, float] = field(default_factory=dict)
     """job id -> the first `Waiting.predicted_start` any decision gave it."""
     solver_rounds: list[SolverRound] = field(default_factory=list)
+    decide_s: list[float] = field(default_factory=list)
+    """Wall time of each decision."""
 
     @property
     def name(self) -> str:
@@ -30,7 +33,9 @@ class RecordingPolicy:
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """The wrapped policy's decision, unchanged."""
+        started = time.perf_counter()
         decision = self.policy.decide(snapshot)
+        self.decide_s.append(time.perf_counter() - started)
         for waiting in decision.waiting:
             if waiting.predicted_start is not None and waiting.job_id not in self.first_predicted:
                 self.first_predicted[waiting.job_id] = waiting.predicted_start

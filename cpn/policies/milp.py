@@ -47,15 +47,15 @@ class _Job:
     weight: float
     shortest: float
 
-    @property
-    def cards(self) -> int:
-        """Whole cards it holds (a sharing job: the one card it joins or opens)."""
-        return 1 if is_sharing(self.spec) else self.spec.num_gpus
+    cards: int = 0
+    """Whole cards it holds (a sharing job: the one card it joins or opens)."""
+    size: float = 0.0
+    """Cards the model counts it for: its share of a card for a sharing job."""
 
-    @property
-    def size(self) -> float:
-        """Cards the model counts it for: its share of a card for a sharing job."""
-        return (self.spec.gpu_share or 1.0) if is_sharing(self.spec) else float(self.spec.num_gpus)
+    def __post_init__(self) -> None:
+        sharing = is_sharing(self.spec)
+        self.cards = 1 if sharing else self.spec.num_gpus
+        self.size = (self.spec.gpu_share or 1.0) if sharing else float(self.spec.num_gpus)
 
 
 def planned_start(starts: list[float], k: int) -> float:
@@ -81,6 +81,10 @@ class _Model:
     problem: pulp.LpProblem
     x: dict[tuple[int, int, int], pulp.LpVariable]
     """(job index, option index, bucket) -> start there."""
+    overflow: list[pulp.LpVariable]
+    """Per job: planned past the horizon."""
+    span: pulp.LpVariable | None
+    """The makespan, when that is the objective."""
     starts: list[float]
     """Bucket start times."""
     room: dict[GroupKey, list[float]]
@@ -104,17 +108,18 @@ class MilpPolicy:
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """Plan, start what the plan starts now, backfill, and explain every wait with a predicted start."""
-        started = time.perf_counter()
         capacity = Capacity(snapshot)
         releases = self.book.releases(snapshot)
         jobs, rejections = self._candidates(snapshot, capacity)
-        reserved = self._reserved(snapshot, capacity, jobs) if self.settings.reservation else None
+        reserved = self._reserved(snapshot, jobs) if self.settings.reservation else None
         window = self._window(jobs, reserved)
         starts = self._bucket_starts(snapshot.now, window)
         room = self._room(capacity, releases, starts)
+        building = time.perf_counter()
         model = self._build(window, starts, capacity, room, reserved)
         warm = self._warm_start(snapshot, capacity, model, window, releases)
         status, objective, gap = self._solve(model, warm is not None)
+        solve_s = time.perf_counter() - building
         assignment, fallback = self._choose(model, window, status, objective, warm)
         if assignment is None:  # no plan at all: greedy decides this round
             decision = self._greedy.decide(snapshot)
@@ -124,7 +129,7 @@ class MilpPolicy:
                 status,
                 None,
                 gap,
-                time.perf_counter() - started,
+                solve_s,
                 fallback,
                 len(window),
                 len(model.x),
@@ -139,7 +144,7 @@ class MilpPolicy:
             status,
             objective if fallback is None else warm[1],
             gap,
-            time.perf_counter() - started,
+            solve_s,
             fallback,
             len(window),
             len(model.x),
@@ -177,12 +182,12 @@ class MilpPolicy:
             jobs.append(_Job(job, runtimes, options, weight, min(d for _, d in options)))
         return jobs, rejections
 
-    def _reserved(self, snapshot: Snapshot, capacity: Capacity, jobs: list[_Job]) -> _Job | None:
-        """The oldest job that has waited longer than it would run and cannot start now (EASY's head)."""
-        for job in sorted(jobs, key=lambda j: j.spec.arrival_s)[: self.settings.window]:
-            waited = snapshot.now - job.spec.arrival_s
-            if waited >= job.shortest and not capacity.fit(job.spec, job.runtimes).options:
-                return job
+    def _reserved(self, snapshot: Snapshot, jobs: list[_Job]) -> _Job | None:
+        """The oldest job that has waited longer than it would run (EASY's head): it starts first when it
+        can, else its cards are held for it."""
+        oldest = min(jobs, key=lambda j: j.spec.arrival_s, default=None)
+        if oldest is not None and snapshot.now - oldest.spec.arrival_s >= oldest.shortest:
+            return oldest
         return None
 
     def _window(self, jobs: list[_Job], reserved: _Job | None) -> list[_Job]:
@@ -232,6 +237,7 @@ class MilpPolicy:
         problem = pulp.LpProblem("cpn_plan", pulp.LpMinimize)
         x: dict[tuple[int, int, int], pulp.LpVariable] = {}
         constraints: list[pulp.LpConstraint] = []
+        overflows: list[pulp.LpVariable] = []
         weights = [j.weight for j in window]
         if reserved is not None and window and window[0] is reserved:
             weights[0] = 1.0 + sum(weights[1:])
@@ -261,9 +267,8 @@ class MilpPolicy:
                     rows = area_terms.setdefault(key, [[] for _ in range(buckets)])
                     for kk in range(k, buckets):
                         rows[kk].append((var, job.size * min(duration, starts[kk + 1] - starts[k])))
-            overflow = pulp.LpVariable(
-                f"y_{i}", lowBound=0, upBound=0 if (mine and i == 0 and reserved) else 1
-            )
+            overflow = pulp.LpVariable(f"y_{i}", lowBound=0, upBound=1)
+            overflows.append(overflow)
             mine.append((overflow, horizon - now + job.shortest))
             completion.append(mine)
             constraints.append(pulp.LpAffineExpression([(v, 1.0) for v, _ in mine]) == 1)
@@ -276,6 +281,7 @@ class MilpPolicy:
         weighted = pulp.LpAffineExpression(
             [(v, w * end) for w, mine in zip(weights, completion, strict=True) for v, end in mine]
         )
+        span = None
         if self.settings.objective == "makespan":
             span = pulp.LpVariable("makespan", lowBound=0)
             for mine in completion:
@@ -285,7 +291,7 @@ class MilpPolicy:
             problem += weighted
         for n, constraint in enumerate(constraints):
             problem += constraint, f"c{n}"
-        return _Model(problem, x, starts, room, constraints)
+        return _Model(problem, x, overflows, span, starts, room, constraints)
 
     # --- greedy's plan as warm start and fallback ------------------------------------------------
 
@@ -323,14 +329,13 @@ class MilpPolicy:
                 assignment[i] = (o, k)
             else:
                 assignment[i] = None
-        for var in model.problem.variables():
+        for var in model.x.values():
             var.setInitialValue(0)
         for i, chosen in assignment.items():
-            if chosen is None:
-                model.problem.variablesDict()[f"y_{i}"].setInitialValue(1, check=False)
-            else:
+            model.overflow[i].setInitialValue(1 if chosen is None else 0, check=False)
+            if chosen is not None:
                 model.x[(i, *chosen)].setInitialValue(1)
-        span = model.problem.variablesDict().get("makespan")
+        span = model.span
         if span is not None:
             now, horizon = starts[0], starts[-1]
             ends = [
@@ -340,7 +345,7 @@ class MilpPolicy:
                 for job, chosen in zip(window, assignment.values(), strict=True)
             ]
             span.setInitialValue(max(ends, default=0.0))
-        in_bounds = all(v.valid(1e-6) for v in model.problem.variables())
+        in_bounds = all(v.valid(1e-6) for v in model.overflow)
         if not in_bounds or not all(c.valid(1e-6) for c in model.constraints):
             return None
         return assignment, model.problem.objective.value()
@@ -409,25 +414,54 @@ class MilpPolicy:
         planned = {id(window[i]): chosen for i, chosen in assignment.items()}
         index = {id(j): i for i, j in enumerate(window)}
         blocked_by_plan: set[str] = set()
+        hold = None
+        if reserved is not None:
+            fit = capacity.fit(reserved.spec, reserved.runtimes)
+            durations_now = {g.key: d for g, d in reserved.options}
+            option = min(fit.options, key=lambda o: durations_now.get(o.group.key, math.inf), default=None)
+            if option is not None and option.group.key in durations_now:
+                placements.append(capacity.take(option, reserved.spec))
+                duration = durations_now[option.group.key]
+                self.book.record(option.placement, now + duration, not is_sharing(reserved.spec))
+                ends.append((option.group.key, reserved.cards, now + duration))
+            else:
+                hold = self._hold(snapshot, capacity, releases, reserved)
+
+        def allowed(job: _Job, option, duration: float) -> bool:
+            """EASY: on the reserved group, start only what ends before the reservation or fits beside it."""
+            if hold is None or option.group.key != hold[0]:
+                return True
+            key, shadow, extra = hold
+            if now + duration <= shadow:
+                return True
+            return job.cards <= extra
 
         def start(job: _Job, option, duration: float) -> None:
+            nonlocal hold
+            if hold is not None and option.group.key == hold[0] and now + duration > hold[1]:
+                hold = (hold[0], hold[1], hold[2] - job.cards)
             placements.append(capacity.take(option, job.spec))
             self.book.record(option.placement, now + duration, not is_sharing(job.spec))
             ends.append((option.group.key, job.cards, now + duration))
 
+        first = {p.job_id for p in placements}
         for i in sorted(
             (i for i, c in assignment.items() if c is not None and c[1] == 0),
             key=lambda i: (-window[i].spec.priority, window[i].shortest),
         ):
             job = window[i]
+            if job.spec.job_id in first:
+                continue  # the reserved job, started above
             group, duration = job.options[assignment[i][0]]
             option = next(
                 (o for o in capacity.fit(job.spec, {group.gpu_type}).options if o.group is group), None
             )
-            if option is not None:
+            if option is not None and allowed(job, option, duration):
                 start(job, option, duration)
+            elif option is not None:
+                blocked_by_plan.add(job.spec.job_id)
         durations = {id(j): {g.key: d for g, d in j.options} for j in jobs}
-        backfill = [j for j in jobs if planned.get(id(j)) is None]
+        backfill = [j for j in jobs if planned.get(id(j)) is None and j.spec.job_id not in first]
         for job in sorted(backfill, key=lambda j: (-j.spec.priority, j.size * j.shortest)):
             if capacity.hopeless(snapshot.shapes):
                 break
@@ -440,7 +474,8 @@ class MilpPolicy:
                 if duration is None:
                     continue
                 need = [job.size * min(duration, starts[k + 1] - now) for k in range(buckets)]
-                if all(usage[key][k] + need[k] <= room[key][k] + 1e-6 for k in range(buckets)):
+                fits = all(usage[key][k] + need[k] <= room[key][k] + 1e-6 for k in range(buckets))
+                if fits and allowed(job, option, duration):
                     for k in range(buckets):
                         usage[key][k] += need[k]
                     start(job, option, duration)
@@ -495,6 +530,19 @@ class MilpPolicy:
                 )
             )
         return placements, waiting
+
+    @staticmethod
+    def _hold(snapshot, capacity, releases, reserved) -> tuple[GroupKey, float, int] | None:
+        """The reservation of the reserved job: (group, when its cards are free, cards free then beyond
+        its own), on the group where it would finish first given what runs now; None without one."""
+        if reserved is None:
+            return None
+        projection = Projection(snapshot.now, {g.key: g.free for g in capacity.groups()}, releases)
+        best = projection.best(((g.key, d) for g, d in reserved.options), reserved.cards, snapshot.now)
+        if best is None:
+            return None
+        key, shadow, _ = best
+        return key, shadow, projection.free_at(key, shadow) - reserved.cards
 
     def _record_all(self, snapshot: Snapshot, placements, jobs: list[_Job]) -> None:
         """Book greedy's placements (fallback rounds) with their predicted ends."""

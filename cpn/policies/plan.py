@@ -88,6 +88,10 @@ class Projection:
             return math.inf
         return max(not_before, heapq.nsmallest(cards, heap)[-1])
 
+    def free_at(self, key: GroupKey, when: float) -> int:
+        """Cards of the group free at `when` (as booked so far)."""
+        return sum(1 for t in self._heaps.get(key, []) if t <= when)
+
     def book(self, key: GroupKey, cards: int, start: float, duration: float) -> None:
         """Hold `cards` cards of the group from `start` for `duration` (as many as it has: a sharing job
         that joined a shared card holds none of the whole cards counted here)."""
