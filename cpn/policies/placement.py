@@ -28,6 +28,7 @@ from cpn.jobs import JobKind, JobSpec
 from cpn.rules import (
     POOLS_FOR_KIND,
     SHARE_EPS,
+    constraint_problem,
     gang_cpu,
     is_sharing,
     pick_shared_card,
@@ -144,6 +145,18 @@ class Group:
             n > widest
             and sum(s.node.gpu_count for s in slots if gang_cpu(job, s.node.gpu_count) <= s.cpu_cap) >= n
         )
+
+
+def constrained(job: JobSpec) -> bool:
+    """Whether the job's manifest narrows where it may run (GPU products, pools, least card memory)."""
+    return bool(job.gpu_products or job.node_pools or job.gpu_memory_min_gb is not None)
+
+
+def allowed(job: JobSpec, slots: tuple[Slot, ...]) -> tuple[Slot, ...]:
+    """The slots whose nodes the job's own constraints allow (cpn.rules.constraint_problem)."""
+    if not constrained(job):
+        return slots
+    return tuple(s for s in slots if constraint_problem(s.node, job) is None)
 
 
 @dataclass(frozen=True, eq=False)
@@ -294,7 +307,7 @@ class Capacity:
             if not group.has_cards(job.kind, n) and not (sharing and group.shared_room):
                 short = short or group.might_take(job)
                 continue
-            slots = group.eligible(job.kind, self.memory(job, group.gpu_type))
+            slots = allowed(job, group.eligible(job.kind, self.memory(job, group.gpu_type)))
             if not slots:
                 continue
             if sharing:
@@ -391,13 +404,17 @@ class Capacity:
             groups = [g for g in groups if g.gpu_type in gpu_types]
             if not groups:
                 return "no estimate for any GPU type it may use"
-        eligible = [g for g in groups if g.eligible(job.kind, self.memory(job, g.gpu_type))]
+        if constrained(job):
+            problems = [constraint_problem(s.node, job) for g in groups for s in g.slots]
+            if all(problems):
+                return f"its own constraints rule out every node (such as: {problems[0]})"
+        eligible = [g for g in groups if allowed(job, g.eligible(job.kind, self.memory(job, g.gpu_type)))]
         if not eligible:
             return "needs more GPU memory per card than any eligible node's GPUs have"
         n = 1 if is_sharing(job) else job.num_gpus
         mems = [self.memory(job, g.gpu_type) for g in eligible]
         if not any(
-            sum(s.node.gpu_count for s in g.eligible(job.kind, m)) >= n
+            sum(s.node.gpu_count for s in allowed(job, g.eligible(job.kind, m))) >= n
             for g, m in zip(eligible, mems, strict=True)
         ):
             return f"needs {n} GPUs; no cluster has that many eligible GPUs of one type in one pool"
