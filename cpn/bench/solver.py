@@ -51,7 +51,7 @@ class SolverBench:
 
 
 def generated_clusters(gpus: int) -> ClustersConfig:
-    """`gpus` cards (a multiple of 8 per site rounded up) over three single-type sites, 100 Gbit/s apart."""
+    """`gpus` cards, rounded up to 8-card nodes, spread over three single-type sites 100 Gbit/s apart."""
     nodes = max(1, -(-gpus // NODE_GPUS))
     per_site = [nodes // len(SITES) + (1 if i < nodes % len(SITES) else 0) for i in range(len(SITES))]
     clusters = [

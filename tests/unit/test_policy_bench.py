@@ -9,7 +9,7 @@ import pytest
 from cli import main
 from config.settings import REPO_ROOT
 from cpn.bench.policies import bench_policies, peer_figures
-from cpn.bench.policies_report import to_json
+from cpn.bench.policies_report import format_table, to_json
 
 EXAMPLE = {
     "clusters_path": str(REPO_ROOT / "examples/clusters/two-sites.yaml"),
@@ -100,3 +100,61 @@ def test_predictor_estimates_on_gpu_types_cpn_ships_no_scores_for(tmp_path, caps
     benchmarks = str(example / "synthetic-benchmarks.yaml")
     assert main([*args, "--benchmarks", benchmarks, "--json", str(out)]) == 0
     assert json.loads(out.read_text())["policies"]["greedy"]["succeeded"] == 3
+
+
+def test_a_table_that_times_no_job_reports_instead_of_dividing_by_zero(tmp_path):
+    table = tmp_path / "other.csv"
+    table.write_text("model,batch_size,gpu_product,num_gpus,steps_per_sec\nVGG-16,32,v100,1,2.0\n")
+    paths = {**EXAMPLE, "throughputs_path": str(table)}
+    result = bench_policies(**paths, policies=["fifo", "greedy", "milp"], progress=lambda _: None)
+    lb = result.lower_bound
+    assert (lb.makespan_s, lb.jobs_covered, lb.jobs_total) == (0.0, 0, 3)
+    text = format_table(result)
+    assert "over the 0 of 3 jobs the throughput table times" in text
+    out = to_json(result)
+    for name in ("fifo", "greedy", "milp"):
+        metrics = out["policies"][name]
+        assert metrics["makespan_over_lower_bound"] is None
+        assert (
+            metrics["succeeded"]
+            + metrics["failed"]
+            + metrics["rejected"]
+            + metrics["stuck"]
+            + metrics["unfinished"]
+            == 3
+        )
+    assert out["policies"]["greedy"]["outcomes"]["rejected"] == {"no runtime estimate for any GPU type": 3}
+    assert out["policies"]["milp"]["outcomes"]["rejected"] == {"no runtime estimate for any GPU type": 3}
+
+
+def test_set_gives_each_policy_the_settings_it_has_and_names_unknown_keys():
+    result = bench_policies(
+        **EXAMPLE,
+        policies=["greedy", "milp"],
+        progress=lambda _: None,
+        overrides={"objective": "makespan", "solver": "cbc", "cpu_threshold": "0.9"},
+    )
+    names = [run.name for run in result.runs]
+    assert names == ["greedy", "milp(solver=cbc,objective=makespan)"]
+    milp = to_json(result)["policies"]["milp(solver=cbc,objective=makespan)"]
+    assert milp["settings"]["solver"] == "cbc" and milp["solver"] == "cbc" and milp["solver_rounds"] > 0
+    assert milp["predicted_start_jobs"] >= 0
+    with pytest.raises(ValueError, match="--set colour: no listed policy has such a setting"):
+        bench_policies(**EXAMPLE, policies=["greedy"], progress=lambda _: None, overrides={"colour": "red"})
+    with pytest.raises(ValueError, match="policy milp: time_limit_s"):
+        bench_policies(
+            **EXAMPLE, policies=["milp"], progress=lambda _: None, overrides={"time_limit_s": "-1"}
+        )
+
+
+def test_cpn_bench_solver_writes_the_round_times(tmp_path):
+    out = tmp_path / "solver.json"
+    assert main(["bench", "solver", "--jobs", "30", "--gpus", "16", "--rounds", "3", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert {k: figures[k] for k in ("jobs", "gpus", "rounds", "fallbacks")} == {
+        "jobs": 30,
+        "gpus": 16,
+        "rounds": 3,
+        "fallbacks": 0,
+    }
+    assert 0 < figures["median_s"] <= figures["max_s"]
