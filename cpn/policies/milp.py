@@ -112,11 +112,25 @@ class MilpPolicy:
         releases = self.book.releases(snapshot)
         jobs, rejections = self._candidates(snapshot, capacity)
         reserved = self._reserved(snapshot, jobs) if self.settings.reservation else None
+        first: list[Placement] = []
+        ends: list[tuple[GroupKey, int, float]] = []
+        hold = None
+        if reserved is not None:
+            fit = capacity.fit(reserved.spec, reserved.runtimes)
+            durations = {g.key: d for g, d in reserved.options}
+            usable = [o for o in fit.options if o.group.key in durations]
+            if usable:  # EASY's head starts first when it can
+                option = min(usable, key=lambda o: durations[o.group.key])
+                first.append(self._start(snapshot.now, capacity, reserved, option, durations, ends))
+                jobs = [j for j in jobs if j is not reserved]
+                reserved = None
+            else:
+                hold = self._hold(snapshot, capacity, releases, reserved)
         window = self._window(jobs, reserved)
         starts = self._bucket_starts(snapshot.now, window)
         room = self._room(capacity, releases, starts)
         building = time.perf_counter()
-        model = self._build(window, starts, capacity, room, reserved)
+        model = self._build(window, starts, capacity, room, reserved, hold)
         warm = self._warm_start(snapshot, capacity, model, window, releases)
         status, objective, gap = self._solve(model, warm is not None)
         solve_s = time.perf_counter() - building
@@ -137,7 +151,7 @@ class MilpPolicy:
             self.last_round = stats
             return Decision(decision.placements, decision.rejections, decision.waiting, stats)
         placements, waiting = self._realise(
-            snapshot, capacity, releases, jobs, window, assignment, model, reserved
+            snapshot, capacity, releases, jobs, window, assignment, model, reserved, hold, first, ends
         )
         stats = SolverRound(
             self.settings.solver,
@@ -225,7 +239,13 @@ class MilpPolicy:
         return room
 
     def _build(
-        self, window: list[_Job], starts: list[float], capacity: Capacity, room: dict, reserved: _Job | None
+        self,
+        window: list[_Job],
+        starts: list[float],
+        capacity: Capacity,
+        room: dict,
+        reserved: _Job | None,
+        hold: tuple[GroupKey, float, int] | None,
     ) -> _Model:
         """The MILP of docs/optimiser.md."""
         now, horizon = starts[0], starts[-1]
@@ -274,6 +294,16 @@ class MilpPolicy:
             constraints.append(pulp.LpAffineExpression([(v, 1.0) for v, _ in mine]) == 1)
         for key, terms in now_terms.items():
             constraints.append(pulp.LpAffineExpression(terms) <= free[key])
+        if hold is not None:  # the reservation: what starts now past its time fits beside it
+            key, shadow, extra = hold
+            past = [
+                (x[(i, o, 0)], job.size)
+                for i, job in enumerate(window)
+                for o, (group, duration) in enumerate(job.options)
+                if group.key == key and (i, o, 0) in x and now + duration > shadow
+            ]
+            if past:
+                constraints.append(pulp.LpAffineExpression(past) <= max(0, extra))
         for key, rows in area_terms.items():
             for k, terms in enumerate(rows):
                 if terms:
@@ -397,7 +427,17 @@ class MilpPolicy:
 
     # --- carrying the plan out ---------------------------------------------------------------------
 
-    def _realise(self, snapshot, capacity, releases, jobs, window, assignment, model, reserved):
+    def _start(self, now, capacity, job: _Job, option, durations: dict, ends: list) -> Placement:
+        """Take `option` for `job` now, book its predicted end, and note the cards it frees then."""
+        duration = durations[option.group.key]
+        placement = capacity.take(option, job.spec)
+        self.book.record(placement, now + duration, not is_sharing(job.spec))
+        ends.append((option.group.key, job.cards, now + duration))
+        return placement
+
+    def _realise(
+        self, snapshot, capacity, releases, jobs, window, assignment, model, reserved, hold, first, ends
+    ):
         """Start what the plan starts now, backfill what delays nothing planned, explain the rest."""
         now, starts, room = snapshot.now, model.starts, model.room
         buckets = len(starts) - 1
@@ -409,49 +449,28 @@ class MilpPolicy:
             group, duration = window[i].options[o]
             for kk in range(k, buckets):
                 usage[group.key][kk] += window[i].size * min(duration, starts[kk + 1] - starts[k])
-        placements: list[Placement] = []
-        ends: list[tuple[GroupKey, int, float]] = []
+        placements: list[Placement] = list(first)
         planned = {id(window[i]): chosen for i, chosen in assignment.items()}
         index = {id(j): i for i, j in enumerate(window)}
         blocked_by_plan: set[str] = set()
-        hold = None
-        if reserved is not None:
-            fit = capacity.fit(reserved.spec, reserved.runtimes)
-            durations_now = {g.key: d for g, d in reserved.options}
-            option = min(fit.options, key=lambda o: durations_now.get(o.group.key, math.inf), default=None)
-            if option is not None and option.group.key in durations_now:
-                placements.append(capacity.take(option, reserved.spec))
-                duration = durations_now[option.group.key]
-                self.book.record(option.placement, now + duration, not is_sharing(reserved.spec))
-                ends.append((option.group.key, reserved.cards, now + duration))
-            else:
-                hold = self._hold(snapshot, capacity, releases, reserved)
 
         def allowed(job: _Job, option, duration: float) -> bool:
             """EASY: on the reserved group, start only what ends before the reservation or fits beside it."""
-            if hold is None or option.group.key != hold[0]:
+            if hold is None or option.group.key != hold[0] or now + duration <= hold[1]:
                 return True
-            key, shadow, extra = hold
-            if now + duration <= shadow:
-                return True
-            return job.cards <= extra
+            return job.cards <= hold[2]
 
         def start(job: _Job, option, duration: float) -> None:
             nonlocal hold
             if hold is not None and option.group.key == hold[0] and now + duration > hold[1]:
                 hold = (hold[0], hold[1], hold[2] - job.cards)
-            placements.append(capacity.take(option, job.spec))
-            self.book.record(option.placement, now + duration, not is_sharing(job.spec))
-            ends.append((option.group.key, job.cards, now + duration))
+            placements.append(self._start(now, capacity, job, option, {option.group.key: duration}, ends))
 
-        first = {p.job_id for p in placements}
         for i in sorted(
             (i for i, c in assignment.items() if c is not None and c[1] == 0),
             key=lambda i: (-window[i].spec.priority, window[i].shortest),
         ):
             job = window[i]
-            if job.spec.job_id in first:
-                continue  # the reserved job, started above
             group, duration = job.options[assignment[i][0]]
             option = next(
                 (o for o in capacity.fit(job.spec, {group.gpu_type}).options if o.group is group), None
@@ -461,7 +480,7 @@ class MilpPolicy:
             elif option is not None:
                 blocked_by_plan.add(job.spec.job_id)
         durations = {id(j): {g.key: d for g, d in j.options} for j in jobs}
-        backfill = [j for j in jobs if planned.get(id(j)) is None and j.spec.job_id not in first]
+        backfill = [j for j in jobs if planned.get(id(j)) is None]
         for job in sorted(backfill, key=lambda j: (-j.spec.priority, j.size * j.shortest)):
             if capacity.hopeless(snapshot.shapes):
                 break
