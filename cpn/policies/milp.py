@@ -75,6 +75,22 @@ class _WarmHighs(pulp.HiGHS):
 
 
 @dataclass
+class _Hold:
+    """Cards held for the reserved job: on `nodes` (of `group`) from `shadow`; `extra` more are free then."""
+
+    group: GroupKey
+    nodes: frozenset[str]
+    shadow: float
+    extra: int
+    whole_group: bool = False
+    """Held over the whole group (a gang wider than any node), counted in cards."""
+
+    def cards_on(self, placement: Placement) -> int:
+        """Cards `placement` takes on the held nodes."""
+        return sum(c for n, c in placement.nodes if f"{placement.cluster}/{n}" in self.nodes)
+
+
+@dataclass
 class _Model:
     """The built model with what reading its solution needs."""
 
@@ -245,7 +261,7 @@ class MilpPolicy:
         capacity: Capacity,
         room: dict,
         reserved: _Job | None,
-        hold: tuple[GroupKey, float, int] | None,
+        hold: _Hold | None,
     ) -> _Model:
         """The MILP of docs/optimiser.md."""
         now, horizon = starts[0], starts[-1]
@@ -294,8 +310,9 @@ class MilpPolicy:
             constraints.append(pulp.LpAffineExpression([(v, 1.0) for v, _ in mine]) == 1)
         for key, terms in now_terms.items():
             constraints.append(pulp.LpAffineExpression(terms) <= free[key])
-        if hold is not None:  # the reservation: what starts now past its time fits beside it
-            key, shadow, extra = hold
+        if hold is not None and hold.whole_group:
+            # a whole group held for a wide gang: what starts there now past its time fits beside it
+            key, shadow, extra = hold.group, hold.shadow, hold.extra
             past = [
                 (x[(i, o, 0)], job.size)
                 for i, job in enumerate(window)
@@ -455,15 +472,14 @@ class MilpPolicy:
         blocked_by_plan: set[str] = set()
 
         def allowed(job: _Job, option, duration: float) -> bool:
-            """EASY: on the reserved group, start only what ends before the reservation or fits beside it."""
-            if hold is None or option.group.key != hold[0] or now + duration <= hold[1]:
+            """EASY: on the held nodes, start only what ends before the reservation or fits beside it."""
+            if hold is None or now + duration <= hold.shadow:
                 return True
-            return job.cards <= hold[2]
+            return hold.cards_on(option.placement) <= hold.extra
 
         def start(job: _Job, option, duration: float) -> None:
-            nonlocal hold
-            if hold is not None and option.group.key == hold[0] and now + duration > hold[1]:
-                hold = (hold[0], hold[1], hold[2] - job.cards)
+            if hold is not None and now + duration > hold.shadow:
+                hold.extra -= hold.cards_on(option.placement)
             placements.append(self._start(now, capacity, job, option, {option.group.key: duration}, ends))
 
         for i in sorted(
@@ -550,18 +566,37 @@ class MilpPolicy:
             )
         return placements, waiting
 
-    @staticmethod
-    def _hold(snapshot, capacity, releases, reserved) -> tuple[GroupKey, float, int] | None:
-        """The reservation of the reserved job: (group, when its cards are free, cards free then beyond
-        its own), on the group where it would finish first given what runs now; None without one."""
+    def _hold(self, snapshot, capacity, releases, reserved) -> _Hold | None:
+        """The reserved job's reservation (EASY): the node where it would finish first given what runs
+        now, when enough of its cards are free, and the cards free then beyond its own. A gang wider than
+        any node holds its whole group, counted in cards. None when no time can be given."""
         if reserved is None:
             return None
-        projection = Projection(snapshot.now, {g.key: g.free for g in capacity.groups()}, releases)
-        best = projection.best(((g.key, d) for g, d in reserved.options), reserved.cards, snapshot.now)
-        if best is None:
+        now, n = snapshot.now, reserved.cards
+        best: _Hold | None = None
+        finish = math.inf
+        for group, duration in reserved.options:
+            if n > group.sizes[reserved.spec.kind][0]:
+                continue
+            for slot in group.eligible(reserved.spec.kind, capacity.memory(reserved.spec, group.gpu_type)):
+                if slot.node.gpu_count < n or not slot.cpu_fits(0):
+                    continue
+                times = sorted(t for t, c in self.book.node_releases.get(slot.node.key, []) for _ in range(c))
+                need = n - slot.free
+                shadow = now if need <= 0 else (times[need - 1] if need <= len(times) else math.inf)
+                if shadow + duration < finish:
+                    free_then = slot.free + sum(1 for t in times if t <= shadow)
+                    best = _Hold(group.key, frozenset({slot.node.key}), shadow, free_then - n)
+                    finish = shadow + duration
+        if best is not None:
+            return best
+        projection = Projection(now, {g.key: g.free for g in capacity.groups()}, releases)
+        wide = projection.best(((g.key, d) for g, d in reserved.options), n, now)
+        if wide is None:
             return None
-        key, shadow, _ = best
-        return key, shadow, projection.free_at(key, shadow) - reserved.cards
+        key, shadow, _ = wide
+        nodes = next(frozenset(s.node.key for s in g.slots) for g, _ in reserved.options if g.key == key)
+        return _Hold(key, nodes, shadow, projection.free_at(key, shadow) - n, whole_group=True)
 
     def _record_all(self, snapshot: Snapshot, placements, jobs: list[_Job]) -> None:
         """Book greedy's placements (fallback rounds) with their predicted ends."""

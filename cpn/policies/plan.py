@@ -34,6 +34,8 @@ class RunningBook:
 
     def __init__(self) -> None:
         self._bookings: dict[str, Booking] = {}
+        self.node_releases: dict[str, list[tuple[float, int]]] = {}
+        """`cluster/node` -> (time, cards) its busy whole cards free at, as of the last `releases`."""
 
     def record(self, placement: Placement, end: float, whole_cards: bool) -> None:
         """Remember that `placement` should end at `end`."""
@@ -49,6 +51,7 @@ class RunningBook:
         a job past its predicted end frees its cards now. Forgets the jobs no longer running."""
         running: set[str] = set()
         out: dict[GroupKey, list[tuple[float, int]]] = {}
+        self.node_releases = {}
         for state in snapshot.nodes:
             node = state.node
             key = (node.cluster, node.gpu_type, node.usage)
@@ -61,9 +64,13 @@ class RunningBook:
                 cards = dict(booking.cards).get(node.key, 0)
                 if cards:
                     out.setdefault(key, []).append((max(booking.end, snapshot.now), cards))
+                    self.node_releases.setdefault(node.key, []).append(
+                        (max(booking.end, snapshot.now), cards)
+                    )
                     busy -= cards
             if busy > 0:
                 out.setdefault(key, []).append((math.inf, busy))
+                self.node_releases.setdefault(node.key, []).append((math.inf, busy))
         self._bookings = {j: b for j, b in self._bookings.items() if j in running}
         return out
 
