@@ -33,6 +33,11 @@ ALPHA = 0.1
 INTERCEPT_SCALE = 3.0
 """Per-workload intercepts are penalised 1/9 as much as the shared slopes: workloads differ most in their
 level."""
+MIN_GPU_TYPES_FOR_OWN_SLOPES = 4
+"""Fewer GPU types in the training data than this: workloads share their GPU slopes (none of their own).
+With two or three cards a workload's own slope on seven GPU columns is not determined by the data, and
+extrapolates wildly to a card outside their range (Gavel's table held out K80: 105% -> see
+docs/predictor.md)."""
 SLOPE_SCALE = 0.5
 """Per-workload slopes are penalised 4x as much as the shared ones: with few cards measured, a workload's
 own slope on five GPU columns is poorly determined (leave-one-GPU-type-out: 12.0% -> 11.9% on Lambda's
@@ -45,6 +50,7 @@ class PhysicalPrior:
     def __init__(self) -> None:
         self.workloads: dict[str, int] = {}
         self.models: dict[str, int] = {}
+        self._own_gpu_slopes = True
         self._center = np.empty(0)
         self._ridge: Ridge | None = None
 
@@ -74,7 +80,10 @@ class PhysicalPrior:
         n = len(log_batch)
         out = np.zeros((n, base.shape[1] + width * (len(self.workloads) + len(self.models))))
         out[:, : base.shape[1]] = base
-        block = np.hstack([np.full((n, 1), INTERCEPT_SCALE), per * SLOPE_SCALE])
+        own_gpu = per * SLOPE_SCALE
+        if not self._own_gpu_slopes:
+            own_gpu[:, : gpu.shape[1]] = 0.0
+        block = np.hstack([np.full((n, 1), INTERCEPT_SCALE), own_gpu])
         offset = base.shape[1]
         for index, keys in ((self.workloads, workloads), (self.models, models)):
             for i, key in enumerate(keys):
@@ -97,6 +106,7 @@ class PhysicalPrior:
     ) -> PhysicalPrior:
         """Fit on training rows (one entry per row in every argument); returns self."""
         self.workloads = {k: i for i, k in enumerate(sorted(set(workloads)))}
+        self._own_gpu_slopes = len(np.unique(np.nan_to_num(gpu), axis=0)) >= MIN_GPU_TYPES_FOR_OWN_SLOPES
         per_model: dict[str, set[str]] = {}
         for m, w in zip(models, workloads, strict=True):
             per_model.setdefault(m, set()).add(w)

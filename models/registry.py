@@ -39,6 +39,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 from mlflow.tracking import MlflowClient
 from mlflow.types import ColSpec, Schema
+from sklearn.model_selection import GroupShuffleSplit
 
 from config.tracking import DEFAULT_TRACKING_URI, EXPERIMENT, REGISTERED_MODEL
 from cpn.decisions import Estimate
@@ -46,7 +47,7 @@ from cpn.formats.throughput import ThroughputRow
 from cpn.jobs import JobSpec
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Prediction
-from models.evaluation import SPLITS, config_key, metrics, out_of_fold, timing
+from models.evaluation import SPLITS, config_key, metrics, out_of_fold, prediction_ms
 from models.features import PredictorInputError, Query, query_of
 from models.memory import MemorySample
 from models.predictor import Predictor, fit_predictor
@@ -145,8 +146,9 @@ class RunResult:
 def holdout_split(
     rows: Sequence[ThroughputRow], fraction: float = HOLDOUT_FRACTION, seed: int = 0
 ) -> tuple[list[ThroughputRow], list[ThroughputRow]]:
-    """(train, held out): a random `fraction` of configurations, every row of one on the same side."""
-    keys = sorted({config_key(r) for r in rows}, key=repr)
+    """(train, held out): a random `fraction` of configurations (scikit-learn's GroupShuffleSplit), every
+    row of one on the same side."""
+    keys = {k: i for i, k in enumerate(sorted({config_key(r) for r in rows}, key=repr))}
     n_out = int(round(len(keys) * fraction))
     if n_out < 1 or n_out >= len(keys):
         least = next((n for n in range(2, 10_000) if 1 <= round(n * fraction) < n), None)
@@ -154,8 +156,10 @@ def holdout_split(
             f"cannot hold out {fraction:.0%} of {len(keys)} distinct configurations (model, batch size, "
             f"GPU type, GPU count) and train on the rest; the table needs at least {least}"
         )
-    held = {keys[i] for i in np.random.default_rng(seed).permutation(len(keys))[:n_out]}
-    return [r for r in rows if config_key(r) not in held], [r for r in rows if config_key(r) in held]
+    groups = [keys[config_key(r)] for r in rows]
+    splitter = GroupShuffleSplit(n_splits=1, test_size=n_out, random_state=seed)
+    train, held = next(splitter.split(np.zeros((len(rows), 1)), groups=groups))
+    return [rows[i] for i in train], [rows[i] for i in held]
 
 
 def _experiment_id(client: MlflowClient, tracking_uri: str, name: str) -> str:
@@ -217,14 +221,13 @@ def _log_evaluation(
     actual = np.array([r.steps_per_sec for r in rows])
     gpus = [r.gpu_type for r in rows]
     for split in splits:
+        log.info("%s: cross-validating (%s)", estimator, split)
         predicted = out_of_fold(rows, catalog, estimator, split, seed, params)
         if predicted is None:
             continue
         m = metrics(actual, predicted, gpus)
         mlflow.log_metrics({f"{split}_{k}": m[k] for k in LOGGED_METRICS if m[k] is not None})
         mlflow.log_metrics({f"{split}_mape_{g}": v for g, v in m["per_gpu"].items()})
-    train_s, predict_ms = timing(rows, catalog, estimator, seed, params)
-    mlflow.log_metrics({"train_s": train_s, "predict_1000_ms": predict_ms})
 
 
 def _log_artifacts(
@@ -294,7 +297,12 @@ def train_and_register(
                 log.info("%s: fitting on %d rows", name, len(train))
                 start = time.perf_counter()
                 predictor = fit_predictor(train, catalog, name, memory_samples, seed=seed, **est_params)
-                log.info("%s: fitted in %.1f s", name, time.perf_counter() - start)
+                train_s = time.perf_counter() - start
+                log.info("%s: fitted in %.1f s", name, train_s)
+                first_ms, warm_ms = prediction_ms(predictor, rows, catalog, seed)
+                mlflow.log_metrics(
+                    {"train_s": train_s, "predict_1000_ms": warm_ms, "predict_1000_first_ms": first_ms}
+                )
                 mlflow.log_params(
                     {
                         "estimator": name,

@@ -14,6 +14,7 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from cpn.jobs import JobSpec
@@ -27,7 +28,7 @@ from models.registry import (
     train_and_register,
 )
 from models.retrain import Observation, retrain
-from tests.unit.test_predictor_support import catalog, rows
+from tests.unit.test_predictor_support import benchmarks_dict, catalog, rows
 
 pytestmark = pytest.mark.integration
 
@@ -66,20 +67,40 @@ def _train(store, estimators, params, seed=0, splits=()):
     )
 
 
-def test_runs_for_both_estimators_and_a_champion_that_loads_and_predicts(store):
-    results = _train(store, ["rf", "xgb"], SMALL, splits=("leave_gpu_out",))
+def _runs(store):
     client = MlflowClient(tracking_uri=store)
-    runs = client.search_runs([client.get_experiment_by_name("cpn-predictor").experiment_id])
-    assert sorted(r.data.params["estimator"] for r in runs) == ["rf", "xgb"]
-    for run in runs:
+    return client.search_runs([client.get_experiment_by_name("cpn-predictor").experiment_id])
+
+
+def test_runs_for_both_estimators_and_a_champion_that_loads_and_predicts(store):
+    results = _train(store, ["rf", "xgb"], SMALL, splits=("leave_gpu_out", "random"))
+    client = MlflowClient(tracking_uri=store)
+    runs = _runs(store)
+    children = [r for r in runs if "estimator" in r.data.params]
+    (parent,) = [r for r in runs if "estimator" not in r.data.params]
+    assert sorted(r.data.params["estimator"] for r in children) == ["rf", "xgb"]
+    # One training session: both runs are children of one parent run.
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+    for run in children:
         assert {"holdout_mape", "holdout_median_ape", "holdout_r2", "leave_gpu_out_mape", "train_s"} <= set(
             run.data.metrics
         )
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"predicted_vs_actual.png", "feature_importances.json", "holdout.json"} <= artifacts
-    assert [r.version for r in results] == ["1", "2"]
+        assert run.data.tags["mlflow.note.content"].endswith(run.data.tags["champion_decision"])
+    # The MLflow UI compares them side by side: the same metric names for RF and XGBoost.
+    assert set(children[0].data.metrics) == set(children[1].data.metrics)
+    # The first is the first champion; the second is registered only if it beat it.
+    assert results[0].champion and results[0].version == "1"
+    assert results[1].version == ("2" if results[1].champion else None)
+    versions = client.search_model_versions(f"name='{NAME}'")
+    assert len(versions) == sum(r.champion for r in results)
+    for v in versions:
+        assert v.tags["estimator"] == next(r.estimator for r in results if r.version == str(v.version))
+        files = {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(v.run_id, "model")}
+        assert not files & {"uv.lock", "pyproject.toml"}, files
     champion = client.get_model_version_by_alias(NAME, CHAMPION)
-    assert str(champion.version) in {"1", "2"} and sum(r.champion for r in results) >= 1
+    assert str(champion.version) == max(r.version for r in results if r.version)
 
     model = mlflow.pyfunc.load_model(f"models:/{NAME}@{CHAMPION}")
     assert model.metadata.signature is not None
@@ -100,8 +121,31 @@ def test_a_worse_model_does_not_take_the_alias(store):
     assert better.champion, better.reason
     worse = _train(store, ["rf"], POOR)[0]
     assert not worse.champion and worse.reason.startswith("not champion")
+    assert worse.version is None  # nothing registered for a run that lost
     client = MlflowClient(tracking_uri=store)
     assert str(client.get_model_version_by_alias(NAME, CHAMPION).version) == better.version
+    assert len(client.search_model_versions(f"name='{NAME}'")) == 2
+    lost = client.get_run(worse.run_id).data.tags
+    assert lost["cpn.champion"] == "false" and lost["champion_decision"] == worse.reason
+    assert "rows it did not train on" in worse.reason
+
+
+def test_the_champion_is_judged_only_on_rows_it_did_not_train_on(store):
+    """A champion trained on every row (another seed's hold-out) is compared on the rows it never saw."""
+    all_rows = rows(affinity=0.5)
+    train_and_register(
+        all_rows[: len(all_rows) // 2],
+        catalog(),
+        estimators=["rf"],
+        params=SMALL,
+        tracking_uri=store,
+        model_name=NAME,
+        splits=(),
+    )
+    second = _train(store, ["rf"], SMALL, seed=1)[0]
+    fair = int(second.reason.split(" on the ")[1].split(" of ")[0])
+    held_out = int(second.reason.split(" of ")[-1].split(" held-out")[0])
+    assert 0 < fair < held_out, second.reason  # the rows of the first half were left out
 
 
 def _closed_port() -> int:
@@ -134,6 +178,40 @@ def test_load_champion_explores_an_unseen_model(store):
     unseen = JobSpec(job_id="ns/b", model="densenet121", batch_size=64, total_steps=1000)
     assert predictor.estimate(seen, "p100").explore is False
     assert predictor.estimate(unseen, "p100").explore is True
+
+
+def test_cpn_predictor_train_records_the_completions_it_trained_on(store, tmp_path):
+    """The next retraining counts only jobs completed after a `cpn predictor train` as new."""
+    from cli import main
+    from config.settings import load_profile
+    from cpn.engine.feedback import completed_runs
+    from cpn.inventory import nodes_from_config
+    from cpn.jobs import JobState
+    from cpn.store import JobStore
+    from models.registry import last_training
+    from models.retrain import RetrainSchedule
+
+    jobs = tmp_path / "jobs.db"
+    with JobStore(jobs) as js:
+        js.submit([JobSpec(job_id="ns/a", model="ResNet-50", batch_size=32, num_gpus=1, total_steps=3000)])
+        js.transition("ns/a", JobState.ASSIGNED, cluster="gz-v100", node="gz-hybrid-0", at=10.0)
+        js.transition("ns/a", JobState.SUBMITTED, at=11.0)
+        js.transition("ns/a", JobState.RUNNING, at=20.0)
+        js.transition("ns/a", JobState.SUCCEEDED, at=120.0)
+        runs = completed_runs(js, nodes_from_config(load_profile().clusters))
+    assert len(runs) == 1
+    table, bench = tmp_path / "t.csv", tmp_path / "b.yaml"
+    lines = [f"{r.model},{r.batch_size or ''},{r.gpu_type},{r.num_gpus},{r.steps_per_sec}" for r in rows()]
+    table.write_text("\n".join(["model,batch_size,gpu_product,num_gpus,steps_per_sec", *lines]) + "\n")
+    bench.write_text(yaml.safe_dump(benchmarks_dict()))
+    argv = ["predictor", "train", "--tracking-uri", store, "--model-name", NAME, "--estimators", "rf"]
+    assert main([*argv, "--data", str(table), "--benchmarks", str(bench), "--store", str(jobs)]) == 0
+    last = last_training(store)
+    assert last.completions_until == 120.0
+    due, why = RetrainSchedule(every_completions=1).decide(
+        last, [r.finished_at for r in runs], last.started_s
+    )
+    assert not due, why
 
 
 def test_retrain_learns_completed_jobs(store):
