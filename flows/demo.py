@@ -6,8 +6,8 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
+from config.runtime import runtime_settings
 from config.settings import DEMO_DIR
-from config.tracking import DEFAULT_TRACKING_URI
 from cpn.bench.report import format_summary
 from cpn.bootstrap import build_simulation
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
@@ -20,21 +20,23 @@ from tasks.simulate import schedule_until_drained
 
 @flow(name="cpn-demo", log_prints=True)
 def demo(
-    config_dir: str = str(DEMO_DIR),
+    config_dir: str | None = None,
     out: str = "out/demo",
     policy: str | None = None,
     jobs: int | None = None,
     seed: int | None = None,
     estimates: str = "oracle",
-    tracking_uri: str = DEFAULT_TRACKING_URI,
+    tracking_uri: str | None = None,
 ) -> dict:
-    """Run the whole pipeline on the simulated clusters of `config_dir` and write a report to `out`.
+    """Run the whole pipeline on the simulated clusters of `config_dir` (default: the built-in demo
+    profile) and write a report to `out`.
 
     `policy`, `jobs` and `seed` override the profile's policy.yaml and demo.yaml. `estimates` is what
-    the policy believes about runtimes: `oracle`, `predictor` or `champion` (tasks.predictor).
+    the policy believes about runtimes: `oracle`, `predictor` or `champion` (tasks.predictor), the
+    champion read from `tracking_uri` (default: this cpn home's MLflow store).
     """
     logger = get_run_logger()
-    profile = load_settings(config_dir)
+    profile = load_settings(config_dir or str(DEMO_DIR))
     policy_name = policy or profile.policy.name
     n_jobs = profile.demo.jobs if jobs is None else jobs
     run_seed = profile.demo.seed if seed is None else seed
@@ -54,7 +56,7 @@ def demo(
         policy_name,
         table,
         cpu_threshold=profile.policy.cpu_threshold,
-        estimator=estimate_source(estimates, table, tracking_uri),
+        estimator=estimate_source(estimates, table, tracking_uri or runtime_settings().mlflow_uri),
     )
     result = schedule_until_drained(sim, accepted)
     if result.stuck:

@@ -10,9 +10,10 @@ from tasks.metrics import publish_metrics, sample_metrics
 
 
 @flow(name="collect-metrics", log_prints=True)
-def collect_metrics(config_dir: str = str(DEMO_DIR)) -> dict[str, str]:
-    """Read each cluster of `config_dir` once and publish the table; returns cluster -> health."""
-    profile = load_settings(config_dir)
+def collect_metrics(config_dir: str | None = None) -> dict[str, str]:
+    """Read each cluster of `config_dir` (default: the built-in demo profile) once and publish the table;
+    returns cluster -> health."""
+    profile = load_settings(config_dir or str(DEMO_DIR))
     metrics = sample_metrics(profile.clusters)
     publish_metrics(metrics)
     health = {name: m.health for name, m in metrics.items()}

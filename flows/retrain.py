@@ -27,8 +27,8 @@ from tasks.report import publish_retraining
 @flow(name="cpn-retrain", log_prints=True)
 def retrain(
     store: str | None = None,
-    config_dir: str = str(DEMO_DIR),
-    throughputs: str = str(GAVEL_ISOLATED),
+    config_dir: str | None = None,
+    throughputs: str | None = None,
     benchmarks: str | None = None,
     tracking_uri: str | None = None,
     every_completions: int = 50,
@@ -39,7 +39,8 @@ def retrain(
     model is better. Returns one entry per estimator trained (none when not due).
 
     `store`, `benchmarks` and `tracking_uri` default to this cpn home's ($CPN_HOME): its job store, its
-    ingested benchmarks (else the shipped ones) and its MLflow store. A home with no job store yet
+    ingested benchmarks (else the shipped ones) and its MLflow store; `config_dir` to the built-in demo
+    profile, `throughputs` to Gavel's measured table. A home with no job store yet
     (a fresh checkout) has no completions: the first run trains on the table alone.
     """
     from models.retrain import RetrainSchedule
@@ -51,7 +52,7 @@ def retrain(
     if benchmarks is None:
         benchmarks = str(settings.benchmarks_path if settings.benchmarks_path.exists() else BENCHMARKS_YAML)
     schedule = RetrainSchedule(every_completions, every_s)
-    profile = load_settings(config_dir)
+    profile = load_settings(config_dir or str(DEMO_DIR))
     if store_path.exists():
         runs = collect_completions(str(store_path), nodes_from_config(profile.clusters))
     else:
@@ -67,7 +68,7 @@ def retrain(
         "forced" if force else why,
         len(runs),
     )
-    results = retrain_predictor(runs, throughputs, benchmarks, uri)
+    results = retrain_predictor(runs, throughputs or str(GAVEL_ISOLATED), benchmarks, uri)
     publish_retraining(results, uri)
     for r in results:
         print(f"{r.estimator}: version {r.version}: {r.reason}")

@@ -61,15 +61,16 @@ def schedule_round(
     dry_run: bool = False,
     clusters: list[str] | None = None,
     estimates: str = "oracle",
-    config_dir: str = str(DEMO_DIR),
+    config_dir: str | None = None,
 ) -> dict:
-    """One round on the clusters of `config_dir` over the job store of this cpn home ($CPN_HOME).
+    """One round on the clusters of `config_dir` (default: the built-in demo profile) over the job store
+    of this cpn home ($CPN_HOME).
 
     `policy` overrides the profile's; `dry_run` decides and publishes the decision table without
     assigning, migrating or submitting anything; `clusters` limits placement to those clusters;
     `estimates` names the estimate source (oracle, noisy:SIGMA, predictor, champion).
     """
-    profile = load_settings(config_dir)
+    profile = load_settings(config_dir or str(DEMO_DIR))
     service = open_service(profile, policy, estimates)
     try:
         result = run_round(service.scheduler, dry_run=dry_run, clusters=clusters or ())

@@ -63,3 +63,33 @@ def test_retrain_flow_learns_from_the_demo_store(prefect_harness, tmp_path):
     # The scheduler then plans with the champion it loads by alias.
     summary = demo(out=str(tmp_path / "again"), jobs=12, seed=2, estimates="champion", tracking_uri=uri)
     assert summary["succeeded"] == 12 and summary["oom"] == 0
+
+
+def test_retrain_on_a_fresh_home_trains_on_the_table_and_links_its_runs(
+    prefect_harness, tmp_path, monkeypatch
+):
+    """The `retrain` deployment on a fresh checkout: no job store yet, MLflow store in $CPN_HOME."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    monkeypatch.setenv("CPN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CPN_MLFLOW_UI", "http://127.0.0.1:5000")
+    for var in ("CPN_STORE", "CPN_TRACKING_URI"):
+        monkeypatch.delenv(var, raising=False)
+    state = retrain(return_state=True)
+    results = state.result()
+    assert {r["estimator"] for r in results} == {"rf", "xgb"}
+    assert (tmp_path / "home" / "mlflow.db").exists(), "the MLflow store lives in the cpn home"
+    assert not (tmp_path / "home" / "jobs.db").exists(), "retraining reads the store, never creates it"
+
+    async def artifact():
+        async with get_client() as client:
+            found = await client.read_artifacts()
+            return [
+                a for a in found if a.key == "retraining" and a.flow_run_id == state.state_details.flow_run_id
+            ]
+
+    (published,) = asyncio.run(artifact())
+    assert "champion changed" in published.data
+    assert published.data.count("http://127.0.0.1:5000/#/experiments/") == 2
