@@ -9,9 +9,6 @@ from pathlib import Path
 
 from config.policies import parse_overrides, policy_settings
 from config.settings import ConfigError
-from cpn.bench.policies import bench_policies
-from cpn.bench.policies_report import format_table, to_json, write_plots
-from cpn.bench.solver import bench_solver
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
 from cpn.formats.trace_csv import TraceFormatError
 from cpn.policies import POLICIES
@@ -93,27 +90,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     from cli.bench_intake import register_bench as register_intake_bench
 
     register_intake_bench(bench_sub)
-    try:
-        from cli.predictor import register_bench
-    except ModuleNotFoundError:
-        return
+    from cli.predictor import register_bench
+
     register_bench(bench_sub)
 
 
-def _trained_predictor(throughputs: str, benchmarks: str | None):
-    """The default random-forest predictor trained on the throughput table (no MLflow involved), with the
-    GPU types of `benchmarks` (None: the shipped file)."""
-    from models.benchmarks import BenchmarkCatalog
-    from models.features import training_rows
-    from models.predictor import fit_predictor
+def _estimator_for(args: argparse.Namespace):
+    """Each replay's estimate source, as `--estimates` names it (models.sources): a trained predictor is
+    trained once and shared; an oracle, noisy or not, is made afresh (the same seed) for each policy."""
+    from models.sources import estimate_source
 
-    print("training the predictor on the throughput table ...", file=sys.stderr, flush=True)
-    catalog = BenchmarkCatalog.load(benchmarks) if benchmarks else BenchmarkCatalog.load()
-    return fit_predictor(training_rows(ThroughputTable.load(throughputs)), catalog)
+    def make(table: ThroughputTable):
+        return estimate_source(args.estimates, table, seed=args.seed, benchmarks=args.benchmarks)
+
+    if args.estimates in ("predictor", "champion"):
+        print(f"loading the {args.estimates} estimates ...", file=sys.stderr, flush=True)
+        shared = make(ThroughputTable.load(args.throughputs))
+        return lambda table: shared
+    make(ThroughputTable.load(args.throughputs))  # a bad --estimates fails before any replay
+    return make
 
 
 def run_solver(args: argparse.Namespace) -> int:
     """Time the policy's rounds; exit 2 on bad input."""
+    from cpn.bench.solver import bench_solver
+
     try:
         if args.jobs < 1 or args.gpus < 1 or args.rounds < 1:
             raise ValueError("--jobs, --gpus and --rounds must be at least 1")
@@ -138,22 +139,20 @@ def run_solver(args: argparse.Namespace) -> int:
 
 def run_policies(args: argparse.Namespace) -> int:
     """Run the policy benchmark; exit 2 on bad input."""
+    from cpn.bench.policies import bench_policies
+    from cpn.bench.policies_report import format_table, to_json, write_plots
+
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     try:
         if args.benchmarks and args.estimates != "predictor":
             raise ValueError("--benchmarks is for --estimates predictor")
-        estimator = (
-            _trained_predictor(args.throughputs, args.benchmarks) if args.estimates == "predictor" else None
-        )
         result = bench_policies(
             args.clusters,
             args.throughputs,
             args.trace,
             policies,
-            seed=args.seed,
-            estimates=args.estimates,
             progress=lambda msg: print(msg, file=sys.stderr, flush=True),
-            estimator=estimator,
+            estimator_for=_estimator_for(args),
             limit=args.limit,
             overrides=parse_overrides(args.set),
         )

@@ -17,7 +17,6 @@ import yaml
 
 from config.settings import ConfigError, load_profile
 from cpn.adapters.metrics import ClusterMetrics
-from cpn.adapters.prometheus import PrometheusMetrics
 from cpn.inventory import nodes_from_config
 from cpn.sim.exporter import SimExporter
 
@@ -85,6 +84,8 @@ def _rounded(age: float | None) -> float | None:
 
 def run_check(args: argparse.Namespace) -> int:
     """Print the per-cluster table; exit 1 when any cluster is not ok."""
+    from cpn.adapters.prometheus import PrometheusMetrics
+
     try:
         profile = load_profile(args.config)
     except ConfigError as exc:

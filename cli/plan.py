@@ -22,7 +22,6 @@ from pathlib import Path
 import yaml
 
 from config.settings import DEMO_DIR, ClustersConfig, ConfigError, load_profile
-from cpn.adapters.kubernetes import ApiError, KubernetesBinder, gateway_for, validate_object
 from cpn.engine.estimates import OracleEstimates
 from cpn.engine.plan import PlannedJob, plan
 from cpn.engine.transfer import TransferTimes
@@ -58,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _inventory(config: ClustersConfig) -> tuple[NodeState, ...]:
     """Live nodes of the real clusters; the simulated ones as configured, all cards free."""
+    from cpn.adapters.kubernetes import gateway_for
+
     configured = nodes_from_config(config)
     states: list[NodeState] = []
     for cluster in config.clusters:
@@ -69,6 +70,10 @@ def _inventory(config: ClustersConfig) -> tuple[NodeState, ...]:
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    """Plan the manifests and write what would be submitted; exit 2 on bad input, 1 when a cluster
+    cannot be read. The kubernetes client is imported here, not when the command line is built."""
+    from cpn.adapters.kubernetes import ApiError, KubernetesBinder, validate_object
+
     try:
         profile = load_profile(args.config)
         jobs: list = []

@@ -19,7 +19,7 @@ from config.settings import DATA_DIR, DEFAULT_CPU_THRESHOLD, ClustersConfig, loa
 from cpn.bench.recorder import RecordingPolicy, predicted_start_error, solver_summary
 from cpn.bench.report import JobTimeline, busy_of, summarize, timelines
 from cpn.bootstrap import build_simulation
-from cpn.engine.estimates import NoisyOracle, OracleEstimates
+from cpn.engine.estimates import OracleEstimates
 from cpn.engine.replay import arrivals_from_jobs, replay
 from cpn.engine.scheduler import EstimateSource
 from cpn.formats.gavel_trace import load_gavel_trace
@@ -128,19 +128,6 @@ def lower_bound(jobs: Sequence[JobSpec], nodes: Sequence[Node], oracle: OracleEs
     )
 
 
-def make_estimator(spec: str, table: ThroughputTable, seed: int) -> EstimateSource:
-    """`oracle` (perfect runtimes) or `noisy:SIGMA` (oracle x seeded log-normal error)."""
-    if spec == "oracle":
-        return OracleEstimates(table)
-    if spec.startswith("noisy:"):
-        try:
-            sigma = float(spec.split(":", 1)[1])
-        except ValueError:
-            raise ValueError(f"--estimates {spec!r}: SIGMA must be a number, e.g. noisy:0.3") from None
-        return NoisyOracle(table, sigma=sigma, seed=seed)
-    raise ValueError(f"--estimates {spec!r}: use oracle or noisy:SIGMA")
-
-
 def run_policy(
     settings: PolicySettings,
     jobs: Sequence[JobSpec],
@@ -233,16 +220,15 @@ def bench_policies(
     throughputs_path: Path | str,
     trace_path: Path | str,
     policies: Sequence[str],
-    seed: int = 0,
-    estimates: str = "oracle",
     progress: Callable[[str], None] = print,
-    estimator: EstimateSource | None = None,
+    estimator_for: Callable[[ThroughputTable], EstimateSource] = OracleEstimates,
     limit: int | None = None,
     overrides: dict[str, str] | None = None,
 ) -> BenchResult:
     """Replay one trace under each policy; figures, lower bound and peer figures in one result.
 
-    `estimator` (for example the trained predictor) replaces the one `estimates` names;
+    `estimator_for` gives each policy's run its estimate source from the table (default: the oracle;
+    the command line asks models.sources for the one `--estimates` names);
     `limit` keeps only the first jobs by arrival (a cut of a long trace); `overrides` are `--set`
     pairs, each given to the listed policies that have such a setting (`cpu_threshold` to the
     scheduler, replacing `cpu_threshold`).
@@ -263,8 +249,7 @@ def bench_policies(
     progress(f"{len(jobs):,} jobs on {result.total_gpus} GPUs in {len(clusters.clusters)} clusters")
     for policy in settings:
         progress(f"replaying under {run_name(policy)} ...")
-        source = estimator or make_estimator(estimates, table, seed)
-        run = run_policy(policy, jobs, clusters, table, source, cpu_threshold)
+        run = run_policy(policy, jobs, clusters, table, estimator_for(table), cpu_threshold)
         progress(
             f"  {run.name}: {run.summary['succeeded']} succeeded, {run.summary['unfinished']} unfinished, "
             f"in {run.summary['sim_wall_s']:.1f} s"
