@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from cpn.engine.estimates import OracleEstimates
 from cpn.engine.feedback import CompletedRun, completed_runs
 from cpn.engine.scheduler import EstimateSource
 from cpn.formats.throughput import ThroughputTable
@@ -90,19 +89,8 @@ def retrain_predictor(
 def estimate_source(kind: str, table: ThroughputTable, tracking_uri: str) -> EstimateSource:
     """What the policy believes about runtimes: `oracle` (the simulator's truth), `predictor` (a random
     forest trained now on the table, no MLflow), or `champion` (the registered champion, loaded by alias
-    now, so that a missing model fails the run at once, and followed as the alias moves)."""
-    if kind == "oracle":
-        return OracleEstimates(table)
-    if kind == "predictor":
-        from models.benchmarks import BenchmarkCatalog
-        from models.features import training_rows
-        from models.predictor import fit_predictor
+    now, so that a missing model fails the run at once, and followed as the alias moves); see
+    models.sources, the one place that chooses."""
+    from models.sources import estimate_source as choose
 
-        return fit_predictor(training_rows(table), BenchmarkCatalog.load())
-    if kind == "champion":
-        from models.registry import champion_loader
-
-        loader = champion_loader(tracking_uri)
-        loader.load()
-        return loader
-    raise ValueError(f"estimates {kind!r}: use oracle, predictor or champion")
+    return choose(kind, table, tracking_uri=tracking_uri)
