@@ -496,17 +496,44 @@ class MilpPolicy:
             elif option is not None:
                 blocked_by_plan.add(job.spec.job_id)
         durations = {id(j): {g.key: d for g, d in j.options} for j in jobs}
+        started_ids = {p.job_id for p in placements}
+        # The projection: what runs now, then the plan's waiting jobs on their groups in bucket order.
+        free = {g.key: g.free for g in capacity.groups()}
+        merged = {k: list(v) for k, v in releases.items()}
+        for key, cards, end in ends:
+            merged.setdefault(key, []).append((end, cards))
+        projection = Projection(now, free, merged)
+        predicted: dict[str, float] = {}
+        transfer = snapshot.transfer_s
+
+        def project(job: _Job, key: GroupKey, when: float, duration: float) -> None:
+            projection.book(key, job.cards, when, duration)
+            predicted[job.spec.job_id] = when + transfer.get(job.spec.job_id, {}).get(key[0], 0.0)
+
+        waiting_plan = sorted(
+            (j for j in window if planned.get(id(j)) is not None and j.spec.job_id not in started_ids),
+            key=lambda j: (planned[id(j)][1], index[id(j)]),
+        )
+        for job in waiting_plan:
+            group, duration = job.options[planned[id(job)][0]]
+            when = projection.earliest(group.key, job.cards, now)
+            if when < math.inf:
+                project(job, group.key, when, duration)
+        # Backfill: start now where it delays nothing planned and finishes no later than waiting would.
+        rest = []
         backfill = [j for j in jobs if planned.get(id(j)) is None]
         for job in sorted(backfill, key=lambda j: (-j.spec.priority, j.size * j.shortest)):
-            if capacity.hopeless(snapshot.shapes):
-                break
-            if not capacity.worth_trying(job.spec):
+            if capacity.hopeless(snapshot.shapes) or not capacity.worth_trying(job.spec):
+                rest.append(job)
                 continue
             fit = capacity.fit(job.spec, job.runtimes)
+            waited = projection.best(((g.key, d) for g, d in job.options), job.cards, now)
+            finish = waited[1] + waited[2] if waited is not None else math.inf
+            held = False
             for option in sorted(fit.options, key=lambda o: durations[id(job)].get(o.group.key, math.inf)):
                 key = option.group.key
                 duration = durations[id(job)].get(key)
-                if duration is None:
+                if duration is None or now + duration > finish + 1e-6:
                     continue
                 need = [job.size * min(duration, starts[k + 1] - now) for k in range(buckets)]
                 fits = all(usage[key][k] + need[k] <= room[key][k] + 1e-6 for k in range(buckets))
@@ -514,41 +541,18 @@ class MilpPolicy:
                     for k in range(buckets):
                         usage[key][k] += need[k]
                     start(job, option, duration)
+                    projection.book(key, job.cards, now, duration)
                     break
+                held = True
             else:
-                if fit.options:
+                if held:
                     blocked_by_plan.add(job.spec.job_id)
-        placed = {p.job_id for p in placements}
-        # Predicted starts: the plan's jobs on their groups in bucket order, then the rest earliest-finish.
-        free = {g.key: g.free for g in capacity.groups()}
-        merged = {k: list(v) for k, v in releases.items()}
-        for key, cards, end in ends:
-            merged.setdefault(key, []).append((end, cards))
-        projection = Projection(now, free, merged)
-        predicted: dict[str, float] = {}
-        order = sorted(
-            (j for j in jobs if j.spec.job_id not in placed),
-            key=lambda j: (
-                planned[id(j)][1] if planned.get(id(j)) is not None else buckets,
-                index.get(id(j), len(window)),
-                -j.spec.priority,
-                j.size * j.shortest,
-            ),
-        )
-        transfer = snapshot.transfer_s
-        for job in order:
-            chosen = planned.get(id(job))
-            if chosen is not None:
-                group, duration = job.options[chosen[0]]
-                when = projection.earliest(group.key, job.cards, now)
-                best = (group.key, when, duration) if when < math.inf else None
-            else:
-                best = projection.best(((g.key, d) for g, d in job.options), job.cards, now)
+                rest.append(job)
+        for job in rest:
+            best = projection.best(((g.key, d) for g, d in job.options), job.cards, now)
             if best is not None:
-                key, when, duration = best
-                projection.book(key, job.cards, when, duration)
-                moved = transfer.get(job.spec.job_id, {}).get(key[0], 0.0)
-                predicted[job.spec.job_id] = when + moved
+                project(job, *best)
+        placed = {p.job_id for p in placements}
         explainer = WaitingExplainer(capacity)
         held = reserved.spec.job_id if reserved is not None else "the jobs the plan starts soon"
         waiting: list[Waiting] = []
