@@ -28,7 +28,7 @@ from sklearn.model_selection import GroupKFold, LeaveOneGroupOut
 from cpn.formats.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Estimator, Prediction, make_estimator
-from models.features import EXTRAPOLATION_KINDS, PredictorInputError, Query, model_key, query_of, workload_key
+from models.features import PredictorInputError, Query, model_key, query_of, workload_key
 
 log = logging.getLogger(__name__)
 
@@ -145,19 +145,18 @@ def calibrated_coverage(
     """Share of out-of-fold rows within the spread as the served Predictor states it (per-kind scales,
     models.predictor), each fold's scales calibrated on the *other* folds' errors only: how well the
     calibration carries to data it has not seen (None if there is a single fold)."""
-    from models.predictor import scales_from, spread_ratios
+    from models.predictor import calibration_from, log_errors, served_spread
 
     splits = folds(rows, split, seed)
     if len(splits) < 2 or prediction.kind is None:
         return None
-    ratios = spread_ratios(rows, prediction)
+    errors, raw, kinds = log_errors(rows, prediction), prediction.log_spread, prediction.kind
     inside = np.zeros(len(rows), dtype=bool)
     for _, test in splits:
         others = np.ones(len(rows), dtype=bool)
         others[test] = False
-        scales = scales_from(ratios[others], prediction.kind[others])
-        scale = np.array([scales[k] for k in EXTRAPOLATION_KINDS])[prediction.kind[test]]
-        inside[test] = ratios[test] <= scale
+        scale, floor = calibration_from(errors[others], raw[others], kinds[others])
+        inside[test] = errors[test] <= served_spread(raw[test], kinds[test], scale, floor)
     return float(inside.mean())
 
 

@@ -6,14 +6,14 @@ samples_per_gb comes from the benchmarks file's `samples_per_gb` for the model (
 in throughput tables count every worker's steps, so an epoch is samples / per-GPU batch
 steps whatever the GPU count). A job with neither is rejected with PredictorInputError.
 
-Uncertainty is the estimator's spread (across trees or ensemble members) times a scale
-calibrated, per kind of extrapolation (models.features.EXTRAPOLATION_KINDS: a measured
-configuration, an unmeasured batch size, GPU count or GPU type, a model never seen), on
-out-of-fold errors of the training rows (random split and leave-one-GPU-type-out), so that
-about 68% of rows of each kind fall within it: raw spreads of tree ensembles are not
-calibrated (XGBoost's members agree far more than their errors warrant), and an estimate for a
-GPU type never measured is much less sure than one for a batch size between two measured ones.
-A measured configuration gets the smallest scale of any kind (out-of-fold errors never see one).
+Uncertainty is the estimator's spread (across trees or ensemble members) times a scale, combined
+in quadrature with a floor per kind of extrapolation (models.features.EXTRAPOLATION_KINDS: a
+measured configuration (floor 0), an unmeasured batch size, GPU count or GPU type, a model never
+seen), both calibrated on out-of-fold errors of the training rows (random split and GPU types held
+out) so that about 68% of rows of each kind fall within it: raw spreads of tree ensembles are not
+calibrated (XGBoost's members agree far more than their errors warrant), and an estimate for a GPU
+type never measured is much less sure than the trees' agreement says. A query is always given a
+wider spread as an extrapolation than it would get as a measured configuration.
 
 This module does not import MLflow: the simulator can train and use a Predictor
 directly; models.registry stores, registers and loads it.
@@ -47,14 +47,15 @@ class Predictor:
         self,
         estimator: Estimator,
         memory: MemoryModel | None = None,
-        spread_scale: float | dict[str, float] = 1.0,
+        spread_scale: float = 1.0,
+        spread_floor: dict[str, float] | None = None,
     ) -> None:
         self.estimator = estimator
         self.memory = memory or MemoryModel()
-        if not isinstance(spread_scale, dict):
-            spread_scale = dict.fromkeys(EXTRAPOLATION_KINDS, float(spread_scale))
-        self.spread_scale = spread_scale
-        """Factor from the estimator's raw spread to a calibrated one, per kind of extrapolation."""
+        self.spread_scale = float(spread_scale)
+        """Factor from the estimator's raw spread to a calibrated one (see calibrate_spread)."""
+        self.spread_floor = {k: 0.0 for k in EXTRAPOLATION_KINDS} | (spread_floor or {})
+        """Extra spread (log units) per kind of extrapolation, combined in quadrature; 0 for `seen`."""
         samples = estimator.features.catalog.config.samples_per_gb
         self._samples_per_gb = {model_key(name): v for name, v in samples.items()}
 
@@ -65,19 +66,20 @@ class Predictor:
 
     def with_catalog(self, catalog: BenchmarkCatalog) -> Predictor:
         """A copy that also knows the GPU types of `catalog`, scored the same way; no retraining."""
-        return Predictor(self.estimator.with_catalog(catalog), self.memory, self.spread_scale)
+        return Predictor(
+            self.estimator.with_catalog(catalog), self.memory, self.spread_scale, self.spread_floor
+        )
 
     def __setstate__(self, state: dict) -> None:
-        # Predictors pickled before per-kind calibration had one scale for every kind.
-        if not isinstance(state.get("spread_scale", 1.0), dict):
-            state["spread_scale"] = dict.fromkeys(EXTRAPOLATION_KINDS, float(state.get("spread_scale", 1.0)))
+        # Predictors pickled before per-kind calibration had one scale and no floors.
+        state.setdefault("spread_floor", dict.fromkeys(EXTRAPOLATION_KINDS, 0.0))
         self.__dict__.update(state)
 
     def throughput(self, queries: Sequence[Query]) -> Prediction:
         """Predicted steps/s, calibrated spread, seen-flag and extrapolation kind of each query."""
         raw = self.estimator.predict(queries)
-        scale = np.array([self.spread_scale[k] for k in EXTRAPOLATION_KINDS])[raw.kind]
-        return Prediction(raw.log_steps_per_sec, raw.log_spread * scale, raw.seen, raw.kind)
+        spread = served_spread(raw.log_spread, raw.kind, self.spread_scale, self.spread_floor)
+        return Prediction(raw.log_steps_per_sec, spread, raw.seen, raw.kind)
 
     def trained_on(self, queries: Sequence[Query]) -> np.ndarray:
         """True where the query's configuration was among the training rows."""
@@ -160,25 +162,40 @@ CALIBRATION_FOLDS = 5
 """At most this many folds per calibration split (several GPU types held out per fold beyond 5): the
 cost of calibrating stays ten fits whatever the number of GPU types."""
 MIN_CALIBRATION_ROWS = 5
-"""Fewer out-of-fold rows of a kind than this: the kind takes the scale of all rows pooled."""
+"""Fewer out-of-fold rows of a kind than this: the kind takes the floor of all rows pooled."""
 
 
-def spread_ratios(rows: Sequence[ThroughputRow], pred: Prediction) -> np.ndarray:
-    """|log error| / raw spread of each out-of-fold prediction (what a calibrated scale must cover)."""
-    errors = np.abs(np.log([r.steps_per_sec for r in rows]) - pred.log_steps_per_sec)
-    return errors / np.maximum(pred.log_spread, 1e-6)
+def log_errors(rows: Sequence[ThroughputRow], pred: Prediction) -> np.ndarray:
+    """|log error| of each prediction of the rows."""
+    return np.abs(np.log([r.steps_per_sec for r in rows]) - pred.log_steps_per_sec)
 
 
-def scales_from(ratios: np.ndarray, kinds: np.ndarray) -> dict[str, float]:
-    """Per kind, the 68% quantile of the ratios (pooled where a kind has too few); `seen` the smallest."""
-    if not len(ratios):
-        return dict.fromkeys(EXTRAPOLATION_KINDS, 1.0)
-    pooled = max(float(np.quantile(ratios, 0.68)), 1e-3)
-    out = {}
-    for i, kind in enumerate(EXTRAPOLATION_KINDS[1:], start=1):
-        mine = ratios[kinds == i]
-        out[kind] = max(float(np.quantile(mine, 0.68)), 1e-3) if len(mine) >= MIN_CALIBRATION_ROWS else pooled
-    return {"seen": min(out.values()), **out}
+def served_spread(raw: np.ndarray, kinds: np.ndarray, scale: float, floor: dict[str, float]) -> np.ndarray:
+    """The stated spread: the raw spread times `scale`, and the kind's floor, in quadrature."""
+    floors = np.array([floor[k] for k in EXTRAPOLATION_KINDS])[kinds]
+    return np.hypot(raw * scale, floors)
+
+
+def calibration_from(
+    errors: np.ndarray, raw: np.ndarray, kinds: np.ndarray
+) -> tuple[float, dict[str, float]]:
+    """(scale, floor per kind) such that 68% of the errors of each kind lie within `served_spread`.
+
+    The scale is the smallest over kinds of the 68% quantile of error / raw spread (what a measured
+    configuration gets); each kind's floor is the 68% quantile of what its errors need beyond that. A kind
+    with fewer than MIN_CALIBRATION_ROWS rows takes what all rows pooled need.
+    """
+    if not len(errors):
+        return 1.0, dict.fromkeys(EXTRAPOLATION_KINDS, 0.0)
+    ratios = errors / np.maximum(raw, 1e-6)
+    groups = {
+        kind: (kinds == i) if (kinds == i).sum() >= MIN_CALIBRATION_ROWS else np.ones(len(errors), bool)
+        for i, kind in enumerate(EXTRAPOLATION_KINDS[1:], start=1)
+    }
+    scale = max(min(float(np.quantile(ratios[g], 0.68)) for g in groups.values()), 1e-3)
+    need = np.sqrt(np.maximum(errors**2 - (raw * scale) ** 2, 0.0))
+    floor = {kind: float(np.quantile(need[g], 0.68)) for kind, g in groups.items()}
+    return scale, {"seen": 0.0, **floor}
 
 
 def calibrate_spread(
@@ -187,19 +204,20 @@ def calibrate_spread(
     estimator: str,
     seed: int = 0,
     params: dict[str, Any] | None = None,
-) -> dict[str, float]:
-    """Scale per extrapolation kind that makes 68% of out-of-fold errors of that kind fall within the
-    spread (1.0 everywhere if the rows support no split)."""
-    ratios, kinds = [], []
+) -> tuple[float, dict[str, float]]:
+    """(scale, floor per extrapolation kind) from out-of-fold errors of the rows (calibration_from); no
+    scaling and no floors if the rows support no split."""
+    errors, raw, kinds = [], [], []
     for split in CALIBRATION_SPLITS:
         log.info("%s: calibrating the spread on %s out-of-fold errors", estimator, split)
         pred = out_of_fold(rows, catalog, estimator, split, seed, params, max_folds=CALIBRATION_FOLDS)
         if pred is not None:
-            ratios.append(spread_ratios(rows, pred))
+            errors.append(log_errors(rows, pred))
+            raw.append(pred.log_spread)
             kinds.append(pred.kind)
-    if not ratios:
-        return dict.fromkeys(EXTRAPOLATION_KINDS, 1.0)
-    return scales_from(np.concatenate(ratios), np.concatenate(kinds))
+    if not errors:
+        return 1.0, dict.fromkeys(EXTRAPOLATION_KINDS, 0.0)
+    return calibration_from(np.concatenate(errors), np.concatenate(raw), np.concatenate(kinds))
 
 
 def fit_predictor(
@@ -216,6 +234,6 @@ def fit_predictor(
     With `calibrate`, more fits on the rows (5 folds plus one per GPU type) set the spread scales
     (calibrate_spread).
     """
-    scale = calibrate_spread(rows, catalog, estimator, seed, params) if calibrate else 1.0
+    scale, floor = calibrate_spread(rows, catalog, estimator, seed, params) if calibrate else (1.0, None)
     fitted = make_estimator(estimator, catalog, seed, **params).fit(rows)
-    return Predictor(fitted, MemoryModel(memory_samples), scale)
+    return Predictor(fitted, MemoryModel(memory_samples), scale, floor)

@@ -121,7 +121,11 @@ def test_bench_report_shape_and_targets():
     assert set(report["train_s"]) == set(report["predict_1000_ms"]) == {"rf", "baseline"}
     assert report["splits"]["random"]["rf"]["mape"] < 0.1
     names = [t["name"] for t in report["targets"]]
-    assert names[0] == "random MAPE" and len(names) == 4
+    assert names[0] == "random MAPE" and len(names) == 5
+    coverage = next(t for t in report["targets"] if "coverage" in t["name"])
+    assert coverage["low"] == 0.60 and coverage["limit"] == 0.76
+    assert 0 <= report["splits"]["leave_gpu_out"]["rf"]["calibrated_coverage"] <= 1
+    assert report["predict_1000_first_ms"]["rf"] > 0
 
 
 def _bench_parser() -> argparse.ArgumentParser:

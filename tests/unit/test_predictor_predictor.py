@@ -17,7 +17,8 @@ from models.predictor import (
     CALIBRATION_SPLITS,
     calibrate_spread,
     fit_predictor,
-    spread_ratios,
+    log_errors,
+    served_spread,
 )
 from models.retrain import Observation, RetrainSchedule
 from tests.unit.test_predictor_support import catalog, law, rows
@@ -183,27 +184,29 @@ def _noisy() -> list[ThroughputRow]:
 def test_spread_is_calibrated_per_kind_on_out_of_fold_errors():
     noisy = _noisy()
     params = {"n_estimators": 60, "members": 2}
-    scales = calibrate_spread(noisy, catalog(), "xgb", params=params)
-    ratios, kinds = [], []
+    scale, floor = calibrate_spread(noisy, catalog(), "xgb", params=params)
+    errors, raw, kinds = [], [], []
     for split in CALIBRATION_SPLITS:
         oof = out_of_fold(noisy, catalog(), "xgb", split, params=params, max_folds=CALIBRATION_FOLDS)
-        ratios.append(spread_ratios(noisy, oof))
+        errors.append(log_errors(noisy, oof))
+        raw.append(oof.log_spread)
         kinds.append(oof.kind)
-    ratios, kinds = np.concatenate(ratios), np.concatenate(kinds)
+    errors, raw, kinds = np.concatenate(errors), np.concatenate(raw), np.concatenate(kinds)
+    stated = served_spread(raw, kinds, scale, floor)
     for i, kind in enumerate(EXTRAPOLATION_KINDS):
         if (kinds == i).sum() >= 20:
-            assert (ratios[kinds == i] <= scales[kind]).mean() == pytest.approx(0.68, abs=0.05), kind
-    assert max(scales.values()) > 1  # members agree more than their errors warrant
-    assert scales["seen"] == min(scales.values())
+            assert (errors[kinds == i] <= stated[kinds == i]).mean() == pytest.approx(0.68, abs=0.05), kind
+    assert scale > 1  # members agree more than their errors warrant
+    assert floor["seen"] == 0 and all(v >= 0 for v in floor.values())
 
     predictor = fit_predictor(noisy, catalog(), "xgb", **params)
     queries = [Query("LM", 20, "v100", 1), Query("LM", 30, "v100", 1)]
-    raw = predictor.estimator.predict(queries)
-    assert predictor.spread_scale == pytest.approx(scales)
-    expected = [raw.log_spread[0] * scales["seen"], raw.log_spread[1] * scales["batch"]]
+    raw = predictor.estimator.predict(queries).log_spread
+    assert predictor.spread_scale == pytest.approx(scale) and predictor.spread_floor == pytest.approx(floor)
+    expected = [raw[0] * scale, math.hypot(raw[1] * scale, floor["batch"])]
     assert predictor.throughput(queries).log_spread == pytest.approx(expected)
     uncalibrated = fit_predictor(noisy, catalog(), "xgb", calibrate=False, **params)
-    assert set(uncalibrated.spread_scale.values()) == {1.0}
+    assert uncalibrated.spread_scale == 1.0 and set(uncalibrated.spread_floor.values()) == {0.0}
 
 
 def test_each_kind_of_extrapolation_gets_a_wider_spread_than_a_measured_configuration():
@@ -222,7 +225,11 @@ def test_each_kind_of_extrapolation_gets_a_wider_spread_than_a_measured_configur
     ]
     pred = predictor.throughput(queries)
     assert [EXTRAPOLATION_KINDS[k] for k in pred.kind] == ["seen", "batch", "count", "gpu"]
-    assert (pred.log_spread[1:] > pred.log_spread[0]).all(), pred.log_spread
+    # Each is wider than the same trees' agreement would give a measured configuration.
+    as_measured = predictor.estimator.predict(queries).log_spread * predictor.spread_scale
+    assert pred.log_spread[0] == pytest.approx(as_measured[0])
+    assert (pred.log_spread[1:] > as_measured[1:]).all()
+    assert all(predictor.spread_floor[k] > 0 for k in ("batch", "count", "gpu"))
     assert predictor.trained_on(queries).tolist() == [True, False, False, False]
 
 
