@@ -21,8 +21,9 @@ def test_retrain_flow_learns_from_the_demo_store(prefect_harness, tmp_path):
     import mlflow
 
     client = mlflow.MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("cpn-predictor").experiment_id])
-    assert len(runs) == 2
+    found = client.search_runs([client.get_experiment_by_name("cpn-predictor").experiment_id])
+    runs = [r for r in found if "mlflow.parentRunId" in r.data.tags]  # one child run per estimator
+    assert len(runs) == 2 and len(found) == 3, "two estimators under one parent run (the session)"
     assert all(r.data.params["data"] == "table + 12 completed jobs" for r in runs)
     from models.registry import REGISTERED_MODEL
 
