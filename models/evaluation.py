@@ -325,7 +325,7 @@ def format_report(report: dict[str, Any]) -> str:
         why = reasons.get(split, "the data has too few distinct values to hold one out")
         lines.append(f"{split:<16} (skipped: {why})")
     lines.append("R2 of log steps/s; cover: share of rows within the estimator's raw spread; calib: within")
-    lines.append("the spread the served Predictor states (per-kind scales, each fold's from the other folds)")
+    lines.append("the spread the served Predictor states (scale and per-kind floors from the other folds)")
     lines.append("")
     head = f"{'estimator':<9} {'train, calibrated (s)':>22} {'1,000 predictions (ms)':>24}"
     lines.append(f"{head} {'first':>7}")
