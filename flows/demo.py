@@ -13,7 +13,7 @@ from cpn.bootstrap import build_simulation
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from tasks.config import load_settings
 from tasks.intake import accept_manifests, generate_manifests
-from tasks.predictor import estimate_source
+from tasks.predictor import collect_completions, estimate_source
 from tasks.report import write_report
 from tasks.simulate import schedule_until_drained
 
@@ -61,6 +61,11 @@ def demo(
     result = schedule_until_drained(sim, accepted)
     if result.stuck:
         logger.warning("%d jobs could never be placed: %s", len(result.stuck), ", ".join(result.stuck[:5]))
+
+    # Completion feedback: what the finished jobs measured, the data the next retraining learns from
+    # (`cpn-retrain` with store=OUT/jobs.db trains on it).
+    measured = collect_completions(str(store_path), sim.nodes)
+    logger.info("%d completed jobs measured their run time for the predictor", len(measured))
 
     title = f"cpn demo: {len(accepted)} jobs, policy {policy_name}, {estimates} estimates, seed {run_seed}"
     summary = write_report(sim, str(out_dir), title)

@@ -87,10 +87,9 @@ def retrain_predictor(
 
 @task(cache_policy=NO_CACHE)
 def estimate_source(kind: str, table: ThroughputTable, tracking_uri: str) -> EstimateSource:
-    """What the policy believes about runtimes: `oracle` (the simulator's truth), `predictor` (a random
-    forest trained now on the table, no MLflow), or `champion` (the registered champion, loaded by alias
-    now, so that a missing model fails the run at once, and followed as the alias moves); see
-    models.sources, the one place that chooses."""
-    from models.sources import estimate_source as choose
+    """What the policy believes about runtimes, by name (models.sources): `oracle`, `noisy:SIGMA`,
+    `predictor` (trained now on the table) or `champion` (loaded from `tracking_uri` now, so that a
+    missing model fails the run at once, and followed as the alias moves)."""
+    from models.sources import estimate_source as source_named
 
-    return choose(kind, table, tracking_uri=tracking_uri)
+    return source_named(kind, table, tracking_uri=tracking_uri)
