@@ -1,6 +1,7 @@
 """`cpn submit`, `cpn jobs`, `cpn job` and `cpn serve`: job intake and the job store from the shell.
 
-Every command takes `--store PATH`; without it the store is `$CPN_STORE`, else `.cpn/jobs.db`.
+Every command takes `--store PATH`; without it the store is `$CPN_STORE`, else `jobs.db` in
+`$CPN_HOME` (`~/.cpn` by default; config.runtime), the store `cpn run` uses.
 Exit status: 0 done; 1 the store refused (conflicting resubmission, unknown job, unusable
 store file, disk full); 2 invalid input (a manifest with problems, a file that cannot be read,
 a `cpn serve` without any token configured).
@@ -16,14 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cli.tokens import tokens_file_argument, tokens_path
+from config.runtime import runtime_settings
 from cpn.auth import LOOPBACK_HOSTS, ApiSecurity, Authenticator, TokenFileError
 from cpn.intake import IntakeError, parse_manifests
 from cpn.jobs import JobSpec, JobState
 from cpn.safe_yaml import DEFAULT_LIMITS
 from cpn.store import JobConflict, JobRecord, JobStore, StoreError, UnknownJob
-
-DEFAULT_STORE = Path(".cpn") / "jobs.db"
-"""Store used when neither --store nor CPN_STORE is given, relative to the working directory."""
 
 _EXIT_REFUSED = 1
 _EXIT_INVALID = 2
@@ -36,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     store.add_argument(
         "--store",
         metavar="PATH",
-        help=f"job store file (default: $CPN_STORE, else {DEFAULT_STORE})",
+        help="job store file (default: $CPN_STORE, else jobs.db in $CPN_HOME, ~/.cpn by default)",
     )
 
     p = sub.add_parser(
@@ -159,8 +158,8 @@ def security_from_args(args: argparse.Namespace) -> ApiSecurity:
 
 
 def store_path(arg: str | None) -> Path:
-    """The store file: `--store`, else `$CPN_STORE`, else DEFAULT_STORE."""
-    return Path(arg or os.environ.get("CPN_STORE") or DEFAULT_STORE)
+    """The store file: `--store`, else the runtime settings' (`$CPN_STORE`, else `$CPN_HOME/jobs.db`)."""
+    return Path(arg) if arg else runtime_settings().store_path
 
 
 def _open_store(arg: str | None) -> JobStore:

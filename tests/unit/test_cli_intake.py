@@ -106,11 +106,13 @@ def test_submit_from_stdin(db, monkeypatch):
     assert stored_ids(db) == ["default/transformer-wmt"]
 
 
-def test_default_store_is_in_the_working_directory(tmp_path, monkeypatch):
+def test_default_store_is_the_one_in_cpn_home_whatever_the_working_directory(tmp_path, monkeypatch):
     monkeypatch.delenv("CPN_STORE", raising=False)
+    monkeypatch.setenv("CPN_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     assert main(["submit", str(EXAMPLES / "volcano-job.yaml")]) == 0
-    assert stored_ids(tmp_path / ".cpn" / "jobs.db") == ["default/transformer-wmt"]
+    assert stored_ids(tmp_path / "home" / "jobs.db") == ["default/transformer-wmt"]
+    assert not (tmp_path / ".cpn").exists()
 
 
 def test_jobs_lists_and_filters(db, capsys):
