@@ -130,16 +130,29 @@ def format_table(result: BenchResult) -> str:
     return "\n".join(lines)
 
 
+OUTCOME_REASONS_SHOWN = 4
+"""Reasons the table lists per policy, the most frequent first (the JSON has them all)."""
+
+
 def _outcome_lines(result: BenchResult) -> list[str]:
-    """Jobs that did not succeed, per policy, by outcome class and reason."""
+    """Jobs that did not succeed, per policy, by outcome class and their most frequent reasons."""
     lines = []
     for run in result.runs:
-        parts = [
-            f"{outcome} {count} ({reason or 'no reason given'})"
-            for outcome, reasons in run.summary["outcomes"].items()
-            if outcome != "succeeded"
-            for reason, count in sorted(reasons.items(), key=lambda r: -r[1])
-        ]
+        counted = sorted(
+            (
+                (count, outcome, reason)
+                for outcome, reasons in run.summary["outcomes"].items()
+                if outcome != "succeeded"
+                for reason, count in reasons.items()
+            ),
+            key=lambda r: -r[0],
+        )
+        parts = [f"{o} {c} ({r or 'no reason given'})" for c, o, r in counted[:OUTCOME_REASONS_SHOWN]]
+        more = sum(c for c, _, _ in counted[OUTCOME_REASONS_SHOWN:])
+        if more:
+            parts.append(
+                f"{more} more with {len(counted) - OUTCOME_REASONS_SHOWN} other reasons (see --json)"
+            )
         if parts:
             lines.append(f"  {run.name}: " + "; ".join(parts))
     return ["", "Jobs that did not succeed, by reason:", *lines] if lines else []
