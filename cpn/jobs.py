@@ -41,7 +41,8 @@ class JobSpec:
     gpu_share: float | None = None
     """Fraction of a card the job accepts to share (HAMi/MPS style); None = exclusive cards."""
     arrival_s: float = 0.0
-    """Arrival time, seconds from the start of a trace (simulation only)."""
+    """Arrival time: in a trace, seconds from its start; in the queue policies see, when the store accepted
+    the job (cpn.engine.queue_view), live or replayed."""
     gpu_products: tuple[str, ...] = ()
     """GPU products (`nvidia.com/gpu.product` values) the job may run on, as its manifest's required node
     affinity, nodeSelector or product tolerations say; empty = any."""

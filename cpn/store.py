@@ -146,6 +146,8 @@ class Change:
     """The image to run instead of the spec's (after a migration), None = the spec's."""
     needs_more_than_gb: float | None = None
     """Learned from an OOM kill: the job needs more GPU memory per card than this."""
+    submitted_at: float = 0.0
+    """When the store accepted the job."""
 
 
 @dataclass(frozen=True)
@@ -524,7 +526,8 @@ class JobStore:
         to what changed, instead of re-reading every queued job each round.
         """
         rows = self._read(
-            "SELECT t.seq, t.job_id, t.to_state, j.seq, j.location, j.image, j.needs_more_than_gb "
+            "SELECT t.seq, t.job_id, t.to_state, j.seq, j.location, j.image, j.needs_more_than_gb, "
+            "j.submitted_at "
             "FROM transitions t "
             "JOIN jobs j ON j.job_id = t.job_id WHERE t.seq > ? ORDER BY t.seq",
             (after,),
@@ -532,8 +535,8 @@ class JobStore:
         if not rows:
             return after, []
         return rows[-1][0], [
-            Change(job_id, JobState(state), order, loc, image, floor or None)
-            for _, job_id, state, order, loc, image, floor in rows
+            Change(job_id, JobState(state), order, loc, image, floor or None, accepted)
+            for _, job_id, state, order, loc, image, floor, accepted in rows
         ]
 
     def specs(self, job_ids: Sequence[str]) -> dict[str, JobSpec]:

@@ -19,7 +19,11 @@ MEMORY_MARGIN_GB = 0.01
 
 
 def _learned(spec: JobSpec, change: Change) -> JobSpec:
-    """The spec with what its runs taught: the migrated image, and more memory after an OOM kill."""
+    """The spec as policies see it: arriving when the store accepted it (what ages a job for
+    reservations and ordering, live or replayed), with what its runs taught (the migrated image, and
+    more memory after an OOM kill)."""
+    if spec.arrival_s != change.submitted_at:
+        spec = replace(spec, arrival_s=change.submitted_at)
     if change.image and change.image != spec.image:
         spec = replace(spec, image=change.image)
     floor = change.needs_more_than_gb

@@ -44,3 +44,17 @@ def test_job_that_passes_through_the_queue_between_refreshes_is_not_pending():
     store.transition("a", JobState.SCHEDULE_FAILED, reason="too big")
     view.refresh()
     assert view.pending() == ()
+
+
+def test_a_queued_job_arrives_when_the_store_accepted_it():
+    """Live jobs carry no trace arrival: policies age them from their acceptance by the store."""
+    from cpn.clock import SimClock
+
+    clock = SimClock(1_000.0)
+    store = JobStore(":memory:", clock=clock)
+    view = QueueView(store)
+    store.submit([spec("early")])
+    clock.advance_to(1_600.0)
+    store.submit([spec("late", arrival_s=5.0)])
+    view.refresh()
+    assert [(j.job_id, j.arrival_s) for j in view.pending()] == [("early", 1_000.0), ("late", 1_600.0)]
