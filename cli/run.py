@@ -67,6 +67,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _on_round(result: RoundResult) -> None:
+    if result.solver is not None:
+        s = result.solver
+        log.info(
+            "t=%.0fs %s %s: objective %s, gap %s, %.3f s, %d jobs%s",
+            result.time,
+            s.solver,
+            s.status,
+            "-" if s.objective is None else f"{s.objective:.4g}",
+            "-" if s.gap is None else f"{s.gap:.2%}",
+            s.solve_s,
+            s.jobs,
+            f"; greedy's plan: {s.fallback}" if s.fallback else "",
+        )
     if result.placed or result.migrating or result.rejected or result.events:
         log.info(
             "t=%.0fs events %d, started %d, migrating %d, rejected %d, refused %d, queued %d",

@@ -36,7 +36,7 @@ from config.settings import DEFAULT_CPU_THRESHOLD
 from cpn.adapters.gateway import OOM_REASON, ClusterGateway, JobEvent, SubmitRejected
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
-from cpn.decisions import Decision, Estimate, Placement, Snapshot, Waiting
+from cpn.decisions import Decision, Estimate, Placement, Snapshot, SolverRound, Waiting
 from cpn.engine.queue_view import QueueView
 from cpn.engine.transfer import TransferTimes
 from cpn.inventory import NodeState
@@ -105,6 +105,8 @@ class RoundResult:
     rejected: int
     submit_refused: int
     pending_after: int
+    solver: SolverRound | None = None
+    """How an optimising policy's solve went (solver, status, objective, gap, time); None for others."""
 
 
 class Scheduler:
@@ -430,4 +432,5 @@ class Scheduler:
             rejected=len(decision.rejections),
             submit_refused=refused,
             pending_after=len(snapshot.pending) - placed - migrating - len(decision.rejections),
+            solver=decision.solver,
         )
