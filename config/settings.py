@@ -176,8 +176,9 @@ class ClustersConfig(_Strict):
     clusters: tuple[Cluster, ...] = Field(min_length=1)
     gpu_aliases: dict[str, str] = Field(
         default_factory=dict,
-        description="GPU product spelling -> canonical key, extending cpn.gpus.GPU_ALIASES (e.g. to tell "
-        "NVIDIA-A100-SXM4-80GB from the 40 GB card: {NVIDIA-A100-SXM4-80GB: a100-80gb}).",
+        description="GPU product label -> GPU type, extending cpn.gpus.GPU_ALIASES: merges variants on "
+        "purpose (e.g. to treat the PCIe card as the SXM4 one: {NVIDIA-A100-80GB-PCIe: a100-sxm4-80gb}); "
+        "variants not named here stay distinct.",
     )
     wan_gbps: dict[str, dict[str, Annotated[float, Field(gt=0)]]] = Field(
         default_factory=dict,
