@@ -129,7 +129,8 @@ def test_collects_cpn_and_foreign_load_and_the_scheduler_sees_it(exporter, prom)
     after = {s.node.name: s for s in apply_metrics(gateway.inventory(), {"site-a": m})}
     assert before["gpu-0"].free_gpus == 3 and after["gpu-0"].free_gpus == 2
     assert before["gpu-1"].cpu_used == 0 and after["gpu-1"].cpu_used == pytest.approx(3.0, abs=0.3)
-    assert after["gpu-0"].cpu_used == 2.0  # the request binds where the node measures less
+    # The node measures about what the job requested (irate of a counter: a little over or under); never less.
+    assert after["gpu-0"].cpu_used == pytest.approx(2.0, abs=0.05) and after["gpu-0"].cpu_used >= 2.0
 
 
 def test_a_series_nobody_exports_is_missing_and_its_reading_unused(prom):
