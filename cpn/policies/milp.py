@@ -290,9 +290,9 @@ class MilpPolicy:
                     # Only what starts now is carried out this round: it is binary; the later buckets
                     # are a fluid plan, re-solved every round.
                     if k == 0:
-                        var = pulp.LpVariable(f"x_{i}_{o}_{k}", cat=pulp.LpBinary)
+                        var = problem.add_variable(f"x_{i}_{o}_{k}", cat=pulp.LpBinary)
                     else:
-                        var = pulp.LpVariable(f"x_{i}_{o}_{k}", lowBound=0, upBound=1)
+                        var = problem.add_variable(f"x_{i}_{o}_{k}", lowBound=0, upBound=1)
                     x[(i, o, k)] = var
                     # Options come own pool first, then inventory order: a tiny tie-breaker keeps the
                     # seed's soft pool affinity where completion times are equal.
@@ -303,7 +303,7 @@ class MilpPolicy:
                     rows = area_terms.setdefault(key, [[] for _ in range(buckets)])
                     for kk in range(k, buckets):
                         rows[kk].append((var, job.size * min(duration, starts[kk + 1] - starts[k])))
-            overflow = pulp.LpVariable(f"y_{i}", lowBound=0, upBound=1)
+            overflow = problem.add_variable(f"y_{i}", lowBound=0, upBound=1)
             overflows.append(overflow)
             mine.append((overflow, horizon - now + job.shortest))
             completion.append(mine)
@@ -330,7 +330,7 @@ class MilpPolicy:
         )
         span = None
         if self.settings.objective == "makespan":
-            span = pulp.LpVariable("makespan", lowBound=0)
+            span = problem.add_variable("makespan", lowBound=0)
             for mine in completion:
                 constraints.append(span >= pulp.LpAffineExpression([(v, end) for v, end in mine]))
             problem += span + 1e-3 / max(1.0, sum(weights)) * weighted

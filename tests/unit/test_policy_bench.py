@@ -72,6 +72,8 @@ def test_cli_writes_json_and_rejects_unknown_policy(tmp_path, capsys):
     assert "lottery" in capsys.readouterr().err
 
 
+# Slow (trains the predictor, then replays): outside the one-minute unit run.
+@pytest.mark.integration
 def test_predictor_estimates_on_gpu_types_cpn_ships_no_scores_for(tmp_path, capsys):
     """A100 and L4 clusters, the synthetic table as ground truth: the predictor needs --benchmarks."""
     clusters = tmp_path / "clusters.yaml"

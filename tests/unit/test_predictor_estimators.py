@@ -112,6 +112,8 @@ def test_out_of_fold_predictions_never_see_their_row():
     assert {(data[i].model, data[i].gpu_type) for i in np.flatnonzero(wrong)} == {("Transformer", "v100")}
 
 
+# Slow (trains every estimator on every split of the shipped table): outside the one-minute unit run.
+@pytest.mark.integration
 def test_bench_report_shape_and_targets():
     report = bench(rows(affinity=0.2), catalog(), estimators=("rf", "baseline"), test_rows=rows())
     assert set(report["splits"]) == {"random", "leave_gpu_out", "leave_model_out", "external"}
