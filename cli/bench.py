@@ -16,7 +16,9 @@ from cpn.policies import POLICIES
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `bench` and its sub-commands."""
-    bench = sub.add_parser("bench", help="benchmarks: policies on a trace, the predictor's accuracy")
+    bench = sub.add_parser(
+        "bench", help="benchmarks: policies on a trace, solver rounds, the predictor's accuracy, intake load"
+    )
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
     p = bench_sub.add_parser(
         "policies",
