@@ -44,6 +44,10 @@ from cpn.store import JobStore
 
 log = logging.getLogger(__name__)
 
+REPLAY_EXPLAIN_EVERY_S = 1.0
+"""A replay asks why jobs wait at most once per wall-clock second: replays run thousands of rounds a
+second, and nothing in a replay's figures depends on the reasons."""
+
 
 @dataclass
 class Service:
@@ -220,6 +224,7 @@ def build_service(
         transfers=transfers,
         migrator=migrator,
         node_load=node_load,
+        explain_every_s=0.0 if live else REPLAY_EXPLAIN_EVERY_S,
     )
     return Service(
         clusters=clusters,

@@ -51,6 +51,10 @@ class Snapshot:
     """job_id -> cluster -> seconds to move the job's image and data there."""
     cpu_threshold: float = DEFAULT_CPU_THRESHOLD
     """Nodes whose CPU load is above this take no more jobs."""
+    explain: bool = True
+    """Whether the policy should say why each job it leaves queued waits (Decision.waiting). Explaining
+    costs time in proportion to the queue; a replay asks only now and then (the scheduler throttles it).
+    Without it a policy may still return its plan's predicted starts (code `queue-order`)."""
     shapes: tuple[JobSpec, ...] | None = None
     """One pending job of each shape (`shape_of`); None = not given. Lets a policy stop scanning
     a long queue once no shape that waits could start on what is left."""

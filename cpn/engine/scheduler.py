@@ -27,6 +27,8 @@ its measured runtime, free of a partner's interference, may train the predictor.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -129,6 +131,7 @@ class Scheduler:
         migrator: Migrator | None = None,
         node_load: NodeLoad | None = None,
         oom_retries: int = 1,
+        explain_every_s: float = 0.0,
     ) -> None:
         if (transfers is None) != (migrator is None):
             raise ValueError("give both transfers and migrator, or neither")
@@ -142,6 +145,10 @@ class Scheduler:
         self.migrator = migrator
         self.node_load = node_load
         self.oom_retries = oom_retries
+        self.explain_every_s = explain_every_s
+        """Ask the policy why jobs wait at most once per this many seconds of wall time (0: every round).
+        Explaining costs time in proportion to the queue; a replay throttles it, the live service does not."""
+        self._explained_at = -math.inf
         """How many times an OOM-killed job is queued again before it fails (0: never)."""
         self._card_gb: dict[tuple[str, str], float] = {}
         """(cluster, node) -> GB per card, from the latest inventory (bounded by the node count)."""
@@ -317,7 +324,15 @@ class Scheduler:
             transfer_s=MappingProxyType(self._transfer_rows),
             cpu_threshold=self.cpu_threshold,
             shapes=self.queue.shapes(),
+            explain=self._explain_now(),
         )
+
+    def _explain_now(self) -> bool:
+        wall = time.monotonic()
+        if wall - self._explained_at < self.explain_every_s:
+            return False
+        self._explained_at = wall
+        return True
 
     def _prune(self) -> None:
         """Forget what is cached for jobs no longer queued (amortised: only once the caches outgrow the
@@ -339,6 +354,8 @@ class Scheduler:
         if not snapshot.pending:
             return Decision()
         decision = self.policy.decide(snapshot)
+        if not snapshot.explain:
+            return decision
         moving = {p.job_id for p in decision.placements} | {r.job_id for r in decision.rejections}
         explained = {w.job_id for w in decision.waiting}
         missing = tuple(
@@ -407,7 +424,8 @@ class Scheduler:
         to_migrate, to_submit = self.assign(decision)
         migrating = self.migrate(to_migrate)
         placed, refused = self.submit(to_submit)
-        self.record_waiting(decision)
+        if snapshot.explain:
+            self.record_waiting(decision)
         return placed, migrating, refused
 
     def record_waiting(self, decision: Decision) -> int:

@@ -47,6 +47,8 @@ class FifoPolicy:
             else:
                 left = i
                 break
-        explainer = WaitingExplainer(capacity)
-        waiting = tuple(explainer.explain(job) for job in queue[left:])
+        waiting: tuple = ()
+        if snapshot.explain:
+            explainer = WaitingExplainer(capacity)
+            waiting = tuple(explainer.explain(job) for job in queue[left:])
         return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)

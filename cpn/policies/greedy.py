@@ -63,6 +63,8 @@ class GreedyPolicy:
             best = min(fit.options, key=lambda o: finish_time(snapshot, job, o, runtimes))
             placements.append(capacity.take(best, job))
             hopeless = capacity.hopeless(snapshot.shapes)
-        explainer = WaitingExplainer(capacity)
-        waiting = tuple(explainer.explain(job, estimated=True) for job in left)
+        waiting: tuple = ()
+        if snapshot.explain:
+            explainer = WaitingExplainer(capacity)
+            waiting = tuple(explainer.explain(job, estimated=True) for job in left)
         return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)

@@ -560,6 +560,9 @@ class MilpPolicy:
             job_id = job.spec.job_id
             if job_id in placed:
                 continue
+            if not capacity.snapshot.explain:
+                waiting.append(Waiting(job_id, "queue-order", "", predicted.get(job_id)))
+                continue
             waiting.append(
                 explainer.explain(
                     job.spec,

@@ -54,6 +54,8 @@ class SjfPolicy:
                 rejections.append(Rejection(job.job_id, fit.never))
             else:
                 left.append(job)
-        explainer = WaitingExplainer(capacity)
-        waiting = tuple(explainer.explain(job, estimated=True) for job in left)
+        waiting: tuple = ()
+        if snapshot.explain:
+            explainer = WaitingExplainer(capacity)
+            waiting = tuple(explainer.explain(job, estimated=True) for job in left)
         return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)
