@@ -26,4 +26,6 @@ class Policy(Protocol):
 
 def by_priority(jobs: tuple[JobSpec, ...]) -> list[JobSpec]:
     """`jobs` with higher `priority` first, arrival order kept within a priority (intake's promise)."""
+    if not any(job.priority for job in jobs):  # the common case: one priority, the order as it is
+        return list(jobs)
     return sorted(jobs, key=lambda job: -job.priority)

@@ -42,16 +42,20 @@ class GreedyPolicy:
         rejections: list[Rejection] = []
         left: list[JobSpec] = []
         hopeless = capacity.hopeless(snapshot.shapes)
-        for job in by_priority(snapshot.pending):
-            if hopeless:
+        queue = by_priority(snapshot.pending)
+        for i, job in enumerate(queue):
+            if hopeless:  # nothing that waits could start on what is left: stop scanning the queue
+                left.extend(queue[i:])
+                break
+            if not snapshot.estimates.get(job.job_id):
+                rejections.append(Rejection(job.job_id, NO_ESTIMATE))
+                continue
+            if not capacity.worth_trying(job):
                 left.append(job)
                 continue
             runtimes = usable_runtimes(snapshot, job)
             if not runtimes:
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
-                continue
-            if not capacity.worth_trying(job):
-                left.append(job)
                 continue
             fit = capacity.fit(job, runtimes)
             if not fit.options:
