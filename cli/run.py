@@ -13,7 +13,7 @@ from types import FrameType
 
 from cli.intake import add_security_arguments, security_from_args
 from config.runtime import runtime_settings
-from config.settings import DEMO_DIR, ConfigError, load_profile
+from config.settings import DEMO_DIR, ConfigError, Profile, load_profile
 from cpn.bootstrap import Service, build_service
 from cpn.engine.live import LiveLoop
 from cpn.engine.scheduler import RoundResult
@@ -93,11 +93,11 @@ def _on_round(result: RoundResult) -> None:
         )
 
 
-def build(args: argparse.Namespace) -> Service:
-    """The service `args` describe (raises ConfigError, ThroughputFormatError, StoreError, ValueError)."""
+def build(args: argparse.Namespace, profile: Profile) -> Service:
+    """The service `args` and the loaded config folder describe (raises ThroughputFormatError, StoreError,
+    ValueError)."""
     from models.sources import estimate_source
 
-    profile = load_profile(args.config)
     table = ThroughputTable.load(args.throughputs)
     store = Path(args.store) if args.store else runtime_settings().store_path
     store.parent.mkdir(parents=True, exist_ok=True)
@@ -121,8 +121,9 @@ def run_service(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         security = security_from_args(args)
-        service = build(args)
-        interval = args.interval or load_profile(args.config).loop.interval_s
+        profile = load_profile(args.config)
+        service = build(args, profile)
+        interval = args.interval or profile.loop.interval_s
         loop = LiveLoop(service.scheduler, interval, simulation=service.driver, on_round=_on_round)
     except (ConfigError, ThroughputFormatError, StoreError, ValueError, FileNotFoundError) as exc:
         print(f"cpn run: {exc}", file=sys.stderr)
