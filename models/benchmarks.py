@@ -169,41 +169,35 @@ class BenchmarkCatalog:
         return self.config.workloads == other.config.workloads
 
 
-def _read_specs(path: Path) -> dict[str, tuple[float, float, float]]:
-    """specs.csv rows (gpu_product, mem_gb, mem_bw_gbs, num_sm, fp32_tflops) by GPU key."""
-    out = {}
-    try:
-        with path.open(newline="") as fh:
-            for lineno, raw in enumerate(csv.DictReader(fh), start=2):
-                try:
-                    figures = (float(raw["mem_gb"]), float(raw["mem_bw_gbs"]), float(raw["fp32_tflops"]))
-                    out[canonical_gpu(raw["gpu_product"])] = figures
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise BenchmarkError(
-                        f"{path}:{lineno}: need gpu_product, mem_gb, mem_bw_gbs, fp32_tflops: {exc}"
-                    ) from None
-    except FileNotFoundError:
-        raise BenchmarkError(f"{path}: file not found") from None
-    return out
-
-
-def _read_devices(path: Path) -> dict[str, tuple[float, float, float]]:
-    """devices.csv rows with memory, bandwidth and FP32 figures, by canonical GPU key."""
+def _read_figures(
+    path: Path, key: str, columns: tuple[str, str, str]
+) -> dict[str, tuple[float, float, float]]:
+    """(memory GB, bandwidth, FP32 TFLOPS) by canonical GPU key from a CSV whose GPU name is in column
+    `key` and whose figures are in `columns` (header names compared trimmed and lower-cased)."""
     out = {}
     try:
         with path.open(newline="") as fh:
             for lineno, raw in enumerate(csv.DictReader(fh), start=2):
                 rec = {(k or "").strip().lower(): v for k, v in raw.items()}
                 try:
-                    figures = (float(rec["mem"]), float(rec["mem_bw"]), float(rec["single"]))
-                    out[canonical_gpu(rec["device"])] = figures
+                    out[canonical_gpu(rec[key])] = tuple(float(rec[c]) for c in columns)
                 except (KeyError, TypeError, ValueError) as exc:
                     raise BenchmarkError(
-                        f"{path}:{lineno}: need device, mem, mem_bw, single: {exc}"
+                        f"{path}:{lineno}: need {key}, {', '.join(columns)}: {exc}"
                     ) from None
     except FileNotFoundError:
         raise BenchmarkError(f"{path}: file not found") from None
     return out
+
+
+def _read_specs(path: Path) -> dict[str, tuple[float, float, float]]:
+    """specs.csv rows (gpu_product, mem_gb, mem_bw_gbs, num_sm, fp32_tflops) by GPU key."""
+    return _read_figures(path, "gpu_product", ("mem_gb", "mem_bw_gbs", "fp32_tflops"))
+
+
+def _read_devices(path: Path) -> dict[str, tuple[float, float, float]]:
+    """devices.csv rows with memory, bandwidth and FP32 figures, by canonical GPU key."""
+    return _read_figures(path, "device", ("mem", "mem_bw", "single"))
 
 
 @dataclass(frozen=True)
