@@ -199,7 +199,7 @@ class Scheduler:
         if kills >= self.oom_retries:
             return False
         card_gb = self._card_gb.get((record.cluster or "", record.node or ""))
-        sharing = is_sharing(self._spec_of(record.spec))
+        sharing = is_sharing(self._exclusive.get(event.job_id, record.spec))
         learned = None if sharing or card_gb is None else card_gb
         where = f"{record.cluster}/{record.node}" + (f" ({card_gb:g} GB cards)" if card_gb else "")
         self.store.transition(
@@ -211,9 +211,6 @@ class Scheduler:
             needs_more_than_gb=learned,
         )
         return True
-
-    def _spec_of(self, spec: JobSpec) -> JobSpec:
-        return self._exclusive.get(spec.job_id, spec)
 
     def apply_migrations(self, done: list[MigrationDone]) -> None:
         """Finished copies queue their job again where its payload now is; failed copies queue it again
