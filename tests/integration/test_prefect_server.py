@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from datetime import UTC, datetime
@@ -30,14 +31,26 @@ READY_S = 400
 DEPLOYMENTS = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text())["deployments"]
 
 
-def api(base: str, method: str, path: str, body: object = None) -> object:
+RETRYABLE = {429, 502, 503}
+"""Statuses Prefect's own client retries: the server answers 503 when SQLite is busy (a loaded machine)."""
+
+
+def api(base: str, method: str, path: str, body: object = None, attempts: int = 6) -> object:
+    """One Prefect REST call, retried with backoff on the statuses Prefect's own client retries."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        f"{base}/api{path}", data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        text = response.read()
-    return json.loads(text) if text else None
+    for attempt in range(attempts):
+        request = urllib.request.Request(
+            f"{base}/api{path}", data=data, method=method, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                text = response.read()
+            return json.loads(text) if text else None
+        except urllib.error.HTTPError as error:
+            if error.code not in RETRYABLE or attempt == attempts - 1:
+                raise
+            time.sleep(2**attempt)
+    raise AssertionError("unreachable")
 
 
 def descendants(pid: int) -> set[int]:
