@@ -108,8 +108,28 @@ def test_scaling_rule_from_the_last_measured_step_never_better_than_linear():
     )
     assert rates.steps_per_sec("ResNet-50", 32, "v100", 16, consolidated=False) == pytest.approx(18.0)
     assert rates.steps_per_sec("ResNet-50", 32, "v100", 8) == 16.0  # measured figures stay as measured
-    assert rates.steps_per_sec("ResNet-50", 32, "p100", 16) is None  # one measured count: nothing to scale by
     assert rates.steps_per_sec("LM", 20, "v100", 16) == 0.0  # measured not to run at 8: not wider either
+
+
+def test_a_configuration_measured_at_one_count_scales_as_the_others_on_its_gpu_type_do():
+    rates = ScaledThroughput(TABLE)
+    # Transformer is measured on 1 V100 only; ResNet-50 goes 5 -> 10 steps/s from 1 to 4 V100s (LM never
+    # runs at 1, so it says nothing about 1 -> 4): Transformer doubles too.
+    assert rates.steps_per_sec("Transformer", 32, "v100", 4) == pytest.approx(4.0 * 2)
+    # No configuration has two counts on P100: borrow from any GPU type (ResNet-50 V100, 8 -> 16: x1.6).
+    assert rates.steps_per_sec("ResNet-50", 32, "p100", 16) == pytest.approx(9.0 * 1.6)
+    # Never better than linear, whatever the others do.
+    superlinear = ThroughputTable(
+        [
+            ThroughputRow("A", 32, "v100", 1, 1.0),
+            ThroughputRow("A", 32, "v100", 2, 3.0),
+            ThroughputRow("B", 32, "v100", 1, 5.0),
+        ]
+    )
+    assert ScaledThroughput(superlinear).steps_per_sec("B", 32, "v100", 2) == pytest.approx(10.0)
+    # A table where nothing is measured at two counts gives nothing to borrow.
+    single = ThroughputTable([ThroughputRow("B", 32, "v100", 1, 5.0), ThroughputRow("C", 8, "v100", 1, 2.0)])
+    assert ScaledThroughput(single).steps_per_sec("B", 32, "v100", 2) is None
 
 
 def test_on_gavels_table_wider_jobs_never_scale_better_than_linearly_from_8_gpus():
