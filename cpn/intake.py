@@ -55,6 +55,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from cpn.formats.throughput import normalise_precision
 from cpn.inventory import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from cpn.jobs import JobKind, JobSpec
 from cpn.rules import USAGE_TAINT_SUFFIX
@@ -154,6 +155,12 @@ class Annotations(BaseModel):
     gpu_share: float | None = Field(
         None, gt=0, le=1, description="fraction of a card the job accepts to share, 0 < f <= 1"
     )
+    precision: str = Field(
+        "fp32",
+        max_length=32,
+        description="training precision: fp32 (also tf32, float32), fp16 (also amp, mixed, half, float16) "
+        "or bf16 (also bfloat16)",
+    )
 
     @field_validator("*", mode="before")
     @classmethod
@@ -162,6 +169,15 @@ class Annotations(BaseModel):
         if isinstance(value, bool):
             raise ValueError("a boolean is not accepted here (quote it if you mean the text)")
         return value
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, value: str) -> str:
+        """One spelling per precision, as the throughput table writes it (fp32, fp16, bf16)."""
+        try:
+            return normalise_precision(value)
+        except ValueError:
+            raise ValueError("not a known precision") from None
 
 
 @dataclass(frozen=True)
@@ -400,6 +416,7 @@ def _parse_object(doc: Any, col: _Collector) -> JobSpec | None:
         priority=a.priority,
         source_cluster=a.source_cluster,
         gpu_share=a.gpu_share,
+        precision=a.precision,
         gpu_products=gang.gpu_products,
         node_pools=gang.node_pools,
         gpu_memory_min_gb=gang.gpu_memory_min_gb,

@@ -40,6 +40,10 @@ class JobSpec:
     """Where the job's image and data live now; elsewhere costs a transfer."""
     gpu_share: float | None = None
     """Fraction of a card the job accepts to share (HAMi/MPS style); None = exclusive cards."""
+    precision: str = "fp32"
+    """Training precision (`precision` annotation): `fp32`, `fp16` (mixed precision, AMP) or `bf16`, as
+    cpn.formats.throughput.normalise_precision spells them; the predictor and the simulator's ground truth
+    read the throughput of that precision."""
     arrival_s: float = 0.0
     """Arrival time: in a trace, seconds from its start; in the queue policies see, when the store accepted
     the job (cpn.engine.queue_view), live or replayed."""

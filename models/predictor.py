@@ -35,7 +35,7 @@ from models.benchmarks import BenchmarkCatalog
 from models.estimators import Estimator, Prediction, make_estimator
 from models.evaluation import out_of_fold
 from models.features import EXTRAPOLATION_KINDS, PredictorInputError, Query, model_key
-from models.memory import MemoryModel, MemorySample
+from models.memory import MemoryModel, MemorySample, card_evidence
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class Predictor:
         queries = []
         for job, gpu, node in pairs:
             try:
-                queries.append(Query(job.model, job.batch_size, gpu, job.num_gpus, node))
+                queries.append(Query(job.model, job.batch_size, gpu, job.num_gpus, node, job.precision))
             except PredictorInputError as exc:
                 raise PredictorInputError(f"job {job.job_id}: {exc}") from None
         steps = np.array([self.steps(job) for job, _, _ in pairs], dtype=float)
@@ -147,7 +147,9 @@ class Predictor:
         return [
             Estimate(
                 runtime_s=float(runtime[i]),
-                gpu_mem_gb=self.memory.predict(job.model, job.batch_size, job.num_gpus),
+                gpu_mem_gb=self.memory.for_job(
+                    job.model, job.batch_size, job.num_gpus, job.gpu_mem_gb, job.precision
+                ),
                 uncertainty=float(uncertainty[i]),
                 explore=not bool(pred.seen[i]),
             )
@@ -229,11 +231,12 @@ def fit_predictor(
     seed: int = 0,
     **params: Any,
 ) -> Predictor:
-    """Train a Predictor on measured rows (see models.features.training_rows) and memory samples.
+    """Train a Predictor on measured rows (see models.features.training_rows) and memory samples; GPU
+    memory is learnt from the samples and from which cards the rows ran on (models.memory).
 
     With `calibrate`, more fits on the rows (5 folds plus one per GPU type) set the spread scales
     (calibrate_spread).
     """
     scale, floor = calibrate_spread(rows, catalog, estimator, seed, params) if calibrate else (1.0, None)
     fitted = make_estimator(estimator, catalog, seed, **params).fit(rows)
-    return Predictor(fitted, MemoryModel(memory_samples), scale, floor)
+    return Predictor(fitted, MemoryModel(memory_samples, card_evidence(rows, catalog)), scale, floor)

@@ -33,7 +33,7 @@ class OracleEstimates:
 
     def _cache_key(self, job: JobSpec) -> tuple:
         """Jobs with the same key share estimates (the truth depends only on what runs)."""
-        return (job.model, job.batch_size, job.num_gpus, job.total_steps, job.gpu_mem_gb)
+        return (job.model, job.batch_size, job.num_gpus, job.total_steps, job.gpu_mem_gb, job.precision)
 
     def _compute(self, job: JobSpec, gpu_type: str) -> Estimate | None:
         if job.total_steps is None:

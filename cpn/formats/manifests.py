@@ -32,9 +32,10 @@ def to_manifest(job: JobSpec, label_domain: str) -> str:
     Name and namespace come from the job id (`namespace/name`, namespace `default` when the id
     has none). The job's figures travel as string annotations (`model_name`, `data_size` GB,
     `epoch`, `batch_size`, `gpu_count`, `gpu_mem` GB per card, `total_steps`, `image_size` GB,
-    `source_cluster`; unknown ones left out). As in the seed, the pod template requires a node of
-    the job's pool or the hybrid pool, prefers its own pool, and tolerates both pools' taints; the
-    GPU product toleration and the node are added at submit, once the scheduler has chosen them.
+    `source_cluster`, `precision` unless fp32; unknown ones left out). As in the seed, the pod template
+    requires a node of the job's pool or the hybrid pool, prefers its own pool, and tolerates both pools'
+    taints; the GPU product toleration and the node are added at submit, once the scheduler has chosen
+    them.
     """
     if not job.image:
         raise ValueError(f"job {job.job_id} has no image; a manifest needs one")
@@ -49,6 +50,7 @@ def to_manifest(job: JobSpec, label_domain: str) -> str:
         "total_steps": None if job.total_steps is None else str(job.total_steps),
         "image_size": _num(job.image_size_gb),
         "source_cluster": job.source_cluster,
+        "precision": None if job.precision == "fp32" else job.precision,
     }
     usage_key = f"{label_domain}/node.usage"
     pools = [job.kind, "hybrid"]

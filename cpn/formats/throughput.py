@@ -209,16 +209,33 @@ def _header(path: Path, fieldnames: Sequence[str] | None) -> dict[str, int]:
 
 
 class ThroughputTable:
-    """Lookup of measured steps/s by (model, batch size, GPU type, GPU count)."""
+    """Lookup of measured steps/s by (model, batch size, GPU type, GPU count) at one precision.
 
-    def __init__(self, rows: list[ThroughputRow]) -> None:
+    `precision` is the one `steps_per_sec` reads (fp32 unless told); `at_precision` gives the table of
+    another precision's rows.
+    """
+
+    def __init__(self, rows: list[ThroughputRow], precision: str = "fp32") -> None:
         self.rows = tuple(rows)
+        self.precision = normalise_precision(precision)
         self._index: dict[tuple, float] = {}
         for r in rows:
-            if r.precision == "fp32":  # the simulator's lookups are fp32 training
+            if r.precision == self.precision:
                 self._index[(r.model.lower(), r.batch_size, r.gpu_type, r.num_gpus, r.consolidated)] = (
                     r.steps_per_sec
                 )
+
+    def precisions(self) -> frozenset[str]:
+        """The precisions the table has rows of."""
+        return frozenset(r.precision for r in self.rows)
+
+    def at_precision(self, precision: str) -> ThroughputTable:
+        """The rows of `precision` only, looked up at that precision (this table if it is that already and
+        has no others)."""
+        precision = normalise_precision(precision)
+        if precision == self.precision and self.precisions() <= {precision}:
+            return self
+        return ThroughputTable([r for r in self.rows if r.precision == precision], precision)
 
     @classmethod
     def load(cls, path: Path | str = GAVEL_ISOLATED) -> ThroughputTable:

@@ -48,7 +48,9 @@ class GroundTruth:
     ) -> None:
         self.table = table
         self.load_s = load_s
-        self.rates = ScaledThroughput(table)
+        self.rates = ScaledThroughput(table.at_precision("fp32"))
+        """fp32 rates; other precisions' in `_rates`, built when a job first asks."""
+        self._rates: dict[str, ScaledThroughput | None] = {"fp32": self.rates}
         self.colocation = colocation if colocation is not None else ColocationTable({})
 
     def memory_gb(self, job: JobSpec, num_gpus: int) -> float | None:
@@ -66,8 +68,22 @@ class GroundTruth:
     def steps_per_sec(
         self, job: JobSpec, gpu_type: str, num_gpus: int, consolidated: bool = True
     ) -> float | None:
-        """Steps/s alone on `num_gpus` cards, measured or scaled (cpn.sim.scaling); None if unknown."""
-        return self.rates.steps_per_sec(job.model, job.batch_size, gpu_type, num_gpus, consolidated)
+        """Steps/s alone on `num_gpus` cards, measured or scaled (cpn.sim.scaling); None if unknown.
+
+        A job at another precision than fp32 (`JobSpec.precision`) trains at that precision's rate where
+        the table measures its configuration at that precision (or scales from one), else at the fp32 rate:
+        a table without fp16 rows says nothing about how much faster fp16 would be.
+        """
+        args = (job.model, job.batch_size, gpu_type, num_gpus, consolidated)
+        if job.precision != "fp32":
+            if job.precision not in self._rates:
+                own = self.table.at_precision(job.precision)
+                self._rates[job.precision] = ScaledThroughput(own) if own.rows else None
+            rates = self._rates[job.precision]
+            measured = None if rates is None else rates.steps_per_sec(*args)
+            if measured is not None:
+                return measured
+        return self.rates.steps_per_sec(*args)
 
     def outcome(
         self,
