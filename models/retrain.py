@@ -42,9 +42,12 @@ class Observation:
     """Measured run time, transfer and queueing excluded."""
     gpu_mem_gb: float | None = None
     """Measured peak GPU memory per card, if the metrics had it."""
+    precision: str = "fp32"
+    """The job's training precision (`JobSpec.precision`): the row teaches that precision's workload."""
 
     def __post_init__(self) -> None:
-        Query(self.model, self.batch_size, self.gpu_type, self.num_gpus)
+        query = Query(self.model, self.batch_size, self.gpu_type, self.num_gpus, precision=self.precision)
+        object.__setattr__(self, "precision", query.precision)
         if (
             isinstance(self.total_steps, bool)
             or not isinstance(self.total_steps, int)
@@ -68,6 +71,7 @@ class Observation:
             canonical_gpu(self.gpu_type),
             self.num_gpus,
             self.total_steps / self.runtime_s,
+            precision=self.precision,
         )
 
     def memory_sample(self) -> MemorySample | None:
@@ -142,6 +146,15 @@ class RetrainSchedule:
 def observations_from_runs(runs: Sequence[CompletedRun]) -> list[Observation]:
     """The predictor's view of completed jobs from the job store (cpn.engine.feedback)."""
     return [
-        Observation(r.model, r.batch_size, r.gpu_type, r.num_gpus, r.total_steps, r.runtime_s, r.gpu_mem_gb)
+        Observation(
+            r.model,
+            r.batch_size,
+            r.gpu_type,
+            r.num_gpus,
+            r.total_steps,
+            r.runtime_s,
+            r.gpu_mem_gb,
+            r.precision,
+        )
         for r in runs
     ]

@@ -25,6 +25,8 @@ class CompletedRun:
     finished_at: float
     gpu_mem_gb: float | None = None
     """Peak GPU memory per card the cluster measured; None = not measured."""
+    precision: str = "fp32"
+    """The job's training precision (`JobSpec.precision`)."""
 
 
 def completed_runs(
@@ -65,6 +67,7 @@ def completed_runs(
                 runtime_s=end.time - started.time,
                 finished_at=end.time,
                 gpu_mem_gb=end.gpu_mem_gb,
+                precision=spec.precision,
             )
         )
     return runs

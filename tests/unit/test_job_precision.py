@@ -10,6 +10,7 @@ import pytest
 
 from config.settings import DATA_DIR
 from cpn.clock import SimClock
+from cpn.engine.feedback import CompletedRun
 from cpn.formats.manifests import to_manifest
 from cpn.formats.throughput import ThroughputTable
 from cpn.intake import IntakeError, parse_manifests
@@ -19,6 +20,7 @@ from cpn.store import JobStore
 from models.benchmarks import BenchmarkCatalog
 from models.features import training_rows
 from models.predictor import fit_predictor
+from models.retrain import Observation, observations_from_runs
 
 LAMBDA = DATA_DIR / "lambda"
 GPU = "NVIDIA-H100-80GB-HBM3"
@@ -113,3 +115,10 @@ def test_an_fp16_job_gets_the_fp16_workloads_shorter_runtime_from_the_predictor(
     # both measured configurations: each near its own precision's figure, not the other's
     assert fp16.runtime_s == pytest.approx(100_000 / measured(lambda_table, "fp16"), rel=0.25)
     assert fp32.runtime_s == pytest.approx(100_000 / measured(lambda_table, "fp32"), rel=0.25)
+
+
+def test_a_completed_fp16_run_teaches_the_fp16_workload():
+    run = CompletedRun("ns/tts", "tacotron2", 256, GPU, 8, 100_000, 100.0, 500.0, precision="fp16")
+    (obs,) = observations_from_runs([run])
+    assert obs.row().precision == "fp16" and obs.row().steps_per_sec == pytest.approx(1000.0)
+    assert Observation("tacotron2", 256, GPU, 8, 100_000, 100.0, precision="AMP").precision == "fp16"
