@@ -29,6 +29,7 @@ from cpn.formats.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Estimator, Prediction, make_estimator
 from models.features import PredictorInputError, Query, model_key, query_of, workload_key
+from models.memory import leave_gpu_out as memory_leave_gpu_out
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,8 @@ def bench(
     `progress` is told each step (split and estimator) before it starts.
 
     Shape: {"splits": {split: {estimator: metrics}}, "train_s": {...}, "predict_1000_ms": {...},
-    "targets": [...], "rows": n, "skipped_splits": [...], "skipped_reasons": {split: why}}.
+    "targets": [...], "rows": n, "skipped_splits": [...], "skipped_reasons": {split: why},
+    "memory_leave_gpu_out": models.memory.leave_gpu_out's figures or None}.
     A split the data cannot support (one GPU type, one model, fewer than 5 configurations) is
     skipped, not an error; PredictorInputError names the row (file:line) a model cannot predict.
     """
@@ -283,6 +285,7 @@ def bench(
         report["predict_1000_ms"][name] = warm_ms
     report["skipped_splits"] = list(skipped)
     report["skipped_reasons"] = skipped
+    report["memory_leave_gpu_out"] = memory_leave_gpu_out(rows, catalog)
     report["targets"] = [t.__dict__ | {"met": t.met} for t in targets(report)]
     return report
 
@@ -334,6 +337,17 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"{name:<9} {s:22.2f} {report['predict_1000_ms'][name]:24.1f} {first:7.1f}")
     lines.append("1,000 predictions: best of 5 calls on the same pairs (neighbour estimates cached, as when")
     lines.append("the scheduler asks about its queue every round); first: the first call, computing them all")
+    if (mem := report.get("memory_leave_gpu_out")) is not None:
+        over = f"{mem['next_over']:.1%}" if mem["next_over"] is not None else "n/a"
+        lines.append("")
+        lines.append(
+            f"GPU memory, leave-one-GPU-type-out ({mem['pairs']} workload x card pairs at the largest batch "
+            f"that fits): predicted to fit {mem['fits']:.1%},"
+        )
+        lines.append(
+            f"next larger batch predicted not to fit {over} (of {mem['next_pairs']}), median |predicted - "
+            f"card memory| / card memory {mem['median_rel_error']:.1%}"
+        )
     lines.append("")
     lines.append(f"targets for the default estimator ({DEFAULT_ESTIMATOR}):")
     if not report["targets"]:

@@ -22,8 +22,9 @@ Three kinds of evidence, per workload (model, and precision unless fp32, as mode
   their model (fp32: jobs carry no precision): over the samples measured at the query's GPU count when
   there are any, else over all; a batch size seen before: the largest peak at it; two or more: a
   least-squares line over batch size, never below the smallest peak; one: that peak moved along the
-  table's per-sample slope when the table gives a law, else scaled up in proportion for a larger batch
-  (an upper bound) and kept for a smaller one.
+  table's per-sample slope when the table gives a law (kept between the peak and the peak scaled in
+  proportion to the batch), else scaled up in proportion for a larger batch (an upper bound) and kept
+  for a smaller one.
 
 Every answer says where it came from (`MemoryEstimate.source`): `measured` (peaks), `fitted` (the law of
 a largest-fitting table: an estimate, about as good as the step between the batch sizes the table tried)
@@ -329,7 +330,9 @@ class MemoryModel:
         if len(sized) == 1:
             ((b0, m0),) = sized.items()
             if law is not None:
-                return max(m0 + law.per_sample_gb * (batch_size - b0), m0 * batch_size / b0)
+                # Between the peak and the peak scaled in proportion (memory grows no faster than the batch).
+                ends = sorted((m0, m0 * batch_size / b0))
+                return float(np.clip(m0 + law.per_sample_gb * (batch_size - b0), *ends))
             return m0 * max(1.0, batch_size / b0)
         slope, intercept = np.polyfit(list(sized), list(sized.values()), 1)
         return max(float(intercept + slope * batch_size), min(sized.values()))

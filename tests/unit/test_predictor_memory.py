@@ -1,0 +1,175 @@
+"""GPU memory learnt from throughput tables (what fits which card) and measured peaks (models.memory).
+
+A synthetic world with a known memory law per model, memory = fixed + per_sample x batch, where each card
+runs the largest batch of a grid that fits its memory (as Lambda's table does), so the tests can say
+what a correct model must recover.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from config.benchmarks import BenchmarksConfig
+from cpn.formats.throughput import ThroughputRow
+from cpn.jobs import JobSpec
+from models.benchmarks import BenchmarkCatalog
+from models.memory import (
+    CardEvidence,
+    MemoryModel,
+    MemorySample,
+    card_evidence,
+    largest_fitting,
+    leave_gpu_out,
+)
+from models.predictor import fit_predictor
+from tests.unit.test_predictor_support import catalog as three_gpu_catalog
+from tests.unit.test_predictor_support import rows as all_fit_rows
+
+CARDS = {"Tesla-K80": 12, "Tesla-V100-SXM2-16GB": 16, "NVIDIA-A10": 24, "NVIDIA-A100-PCIE-40GB": 40}
+CARDS |= {"NVIDIA-RTX-A6000": 48, "NVIDIA-A100-SXM4-80GB": 80}
+NEVER_RUN = "NVIDIA-H100-80GB-HBM3"
+"""In the catalog but in no row: a card the models never ran on."""
+LAWS = {"bert": (3.0, 0.5, 4), "cnn": (1.5, 0.09, 16)}
+"""model -> (fixed GB, GB per sample, step of the batch sizes tried)."""
+
+
+WORKLOADS = ("resnet50", "yolov8m", "llama3")
+
+
+def catalog() -> BenchmarkCatalog:
+    gpus = {**CARDS, NEVER_RUN: 80}
+    return BenchmarkCatalog(
+        BenchmarksConfig.model_validate(
+            {
+                "workloads": {
+                    w: {"unit": "u/s", "method": "test"} for w in ("resnet50", "yolov8m", "llama3")
+                },
+                "gpus": {
+                    g: {
+                        "scores": {"resnet50": 10.0 + i, "yolov8m": 1.0 + i, "llama3": 30.0 + i},
+                        "spec": {"memory_gb": mem, "mem_bw_gbps": 500, "fp32_tflops": 10, "source": "test"},
+                    }
+                    for i, (g, mem) in enumerate(gpus.items())
+                },
+            }
+        )
+    )
+
+
+def true_memory(model: str, batch: int) -> float:
+    fixed, per_sample, _ = LAWS[model]
+    return fixed + per_sample * batch
+
+
+def largest_fitting_batch(model: str, card_gb: float) -> int:
+    step = LAWS[model][2]
+    batch = step
+    while true_memory(model, batch + step) <= card_gb:
+        batch += step
+    return batch
+
+
+def table(cards: dict[str, int] = CARDS) -> list[ThroughputRow]:
+    """Every model on every card at its largest fitting batch, on 1 and 2 GPUs (steps/s do not matter)."""
+    return [
+        ThroughputRow(m, largest_fitting_batch(m, mem), g, n, 100.0 / largest_fitting_batch(m, mem) * n)
+        for m in LAWS
+        for g, mem in cards.items()
+        for n in (1, 2)
+    ]
+
+
+@pytest.mark.parametrize("model", sorted(LAWS))
+def test_the_law_is_recovered_from_largest_fitting_batches(model):
+    memory = MemoryModel(evidence=card_evidence(table(), catalog()))
+    fixed, per_sample, step = LAWS[model]
+    law = memory.law(model)
+    assert law is not None
+    assert law.per_sample_gb == pytest.approx(per_sample, rel=0.15)
+    for batch in (step, 10 * step, 40 * step):
+        # Within what the grid of tried batch sizes leaves open: one step's worth of activations.
+        assert memory.predict(model, batch) == pytest.approx(
+            true_memory(model, batch), abs=per_sample * step + 0.5
+        )
+    assert memory.estimate(model, 10 * step).source == "fitted"
+
+
+@pytest.mark.parametrize("held_out", ["NVIDIA-A100-PCIE-40GB", "NVIDIA-RTX-A6000", "NVIDIA-A10"])
+def test_a_card_never_seen_gets_its_largest_batch_fitting_and_the_next_one_not(held_out):
+    cards = {g: m for g, m in CARDS.items() if g != held_out}
+    memory = MemoryModel(evidence=card_evidence(table(cards), catalog()))
+    card_gb = CARDS[held_out]
+    for model in LAWS:
+        batch = largest_fitting_batch(model, card_gb)
+        assert memory.predict(model, batch) <= card_gb + 1e-9  # the line may pass through the card's level
+        assert memory.predict(model, batch + 4 * LAWS[model][2]) > card_gb
+
+
+def test_leave_one_gpu_type_out_figures_on_the_synthetic_table():
+    report = leave_gpu_out(table(), catalog())
+    assert report["pairs"] == len(LAWS) * len(CARDS)
+    assert report["fits"] >= 0.9
+    assert report["median_rel_error"] < 0.1
+    assert report["sources"]["fitted"] == report["pairs"]
+
+
+def test_the_prediction_does_not_depend_on_the_card_and_reaches_the_predictor():
+    predictor = fit_predictor(table(), catalog(), "rf", calibrate=False, n_estimators=10)
+    job = JobSpec(job_id="ns/a", model="bert", batch_size=32, total_steps=100)
+    never = predictor.estimate(job, NEVER_RUN).gpu_mem_gb
+    assert never == predictor.estimate(job, "Tesla-K80").gpu_mem_gb
+    assert never == pytest.approx(true_memory("bert", 32), abs=LAWS["bert"][1] * LAWS["bert"][2] + 0.5)
+
+
+def test_a_measured_peak_overrides_the_table():
+    evidence = card_evidence(table(), catalog())
+    memory = MemoryModel([MemorySample("bert", 32, 30.0)], evidence)
+    est = memory.estimate("bert", 32)
+    assert (est.gpu_mem_gb, est.source) == (30.0, "measured")
+    # One measured batch: the peak moved along the table's per-sample slope.
+    law = MemoryModel(evidence=evidence).law("bert")
+    assert memory.predict("bert", 64) == pytest.approx(30.0 + 32 * law.per_sample_gb)
+    # Another precision has no measured peaks (jobs report fp32 runs): the table answers.
+    fp16 = [CardEvidence(e.model, e.batch_size, e.gpu_type, e.card_gb, e.ran, "fp16") for e in evidence]
+    both = MemoryModel([MemorySample("bert", 32, 30.0)], evidence + fp16)
+    assert both.estimate("bert", 32, precision="fp16").source == "fitted"
+
+
+def test_no_evidence_gives_none():
+    memory = MemoryModel([MemorySample("cnn", 16, 3.0)], card_evidence(table(), catalog()))
+    assert memory.predict("densenet121", 32) is None
+    assert memory.estimate("densenet121", 32) is None
+    assert MemoryModel().predict("bert", 32) is None
+
+
+def test_a_table_that_measures_the_same_batches_everywhere_gives_bounds_only():
+    # Every card ran every batch (Gavel's shape): no level, only "fits in the smallest card it ran on".
+    evidence = card_evidence(all_fit_rows(), three_gpu_catalog())
+    assert not largest_fitting([e for e in evidence if e.model == "LM"])
+    memory = MemoryModel(evidence=evidence)
+    assert memory.law("LM") is None
+    est = memory.estimate("LM", 20)
+    assert (est.gpu_mem_gb, est.source) == (12.0, "bound")  # ran on a 12 GB K80
+    assert memory.predict("LM", 80) == pytest.approx(12.0 * 80 / 40)  # beyond the batches that ran
+    # A bound is served only to a job that declares nothing: the scheduler takes the larger of declared
+    # and estimated, and would turn "at most 12 GB" into a need of 12 GB.
+    assert memory.for_job("LM", 20, 1, declared_gb=None) == 12.0
+    assert memory.for_job("LM", 20, 1, declared_gb=3.0) is None
+
+
+def test_a_table_forced_largest_fitting_or_not():
+    evidence = card_evidence(table(), catalog())
+    assert MemoryModel(evidence=evidence, largest_fits=False).law("bert") is None
+    assert MemoryModel(evidence=evidence, largest_fits=False).estimate("bert", 32).source == "bound"
+
+
+def test_models_pickled_before_tables_were_read_still_load():
+    # The state of a model pickled before this change: measured peaks only.
+    state = {"_peaks": {"lm": {10: 4.0}}, "_by_count": {}}
+    restored = MemoryModel.__new__(MemoryModel)
+    restored.__setstate__(state)
+    restored = pickle.loads(pickle.dumps(restored))
+    assert restored.predict("LM", 10) == 4.0
+    assert restored.predict("bert", 10) is None
