@@ -36,6 +36,16 @@ def _frozen_empty() -> Mapping:
 
 
 @dataclass(frozen=True)
+class RunningJob:
+    """A running job as a plan over time sees it: when it should end and the whole cards it holds."""
+
+    end: float
+    """Predicted end (seconds, the snapshot's clock); inf when there is no estimate to predict it by."""
+    cards: tuple[tuple[str, int], ...] = ()
+    """(`cluster/node`, cards) of its gang; empty for a job on a shared card."""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything a policy may look at for one decision."""
 
@@ -58,6 +68,10 @@ class Snapshot:
     shapes: tuple[JobSpec, ...] | None = None
     """One pending job of each shape (`shape_of`); None = not given. Lets a policy stop scanning
     a long queue once no shape that waits could start on what is left."""
+    running: Mapping[str, RunningJob] = field(default_factory=_frozen_empty)
+    """job_id -> predicted end and whole cards of each job running on the nodes (the scheduler works
+    them out from the store and the estimates, so a plan over time knows when cards free even for jobs
+    started before a restart or by another round's process). May be empty (no estimates)."""
 
 
 def shape_of(job: JobSpec) -> tuple:

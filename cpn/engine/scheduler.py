@@ -38,7 +38,7 @@ from config.settings import DEFAULT_CPU_THRESHOLD
 from cpn.adapters.gateway import OOM_REASON, ClusterGateway, JobEvent, SubmitRejected
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
-from cpn.decisions import Decision, Estimate, Placement, Snapshot, SolverRound, Waiting
+from cpn.decisions import Decision, Estimate, Placement, RunningJob, Snapshot, SolverRound, Waiting
 from cpn.engine.queue_view import QueueView
 from cpn.engine.transfer import TransferTimes
 from cpn.inventory import NodeState
@@ -145,11 +145,13 @@ class Scheduler:
         self.migrator = migrator
         self.node_load = node_load
         self.oom_retries = oom_retries
+        """How many times an OOM-killed job is queued again before it fails (0: never)."""
         self.explain_every_s = explain_every_s
         """Ask the policy why jobs wait at most once per this many seconds of wall time (0: every round).
         Explaining costs time in proportion to the queue; a replay throttles it, the live service does not."""
         self._explained_at = -math.inf
-        """How many times an OOM-killed job is queued again before it fails (0: never)."""
+        self._running: dict[str, RunningJob] = {}
+        """job_id -> predicted end and cards of each running job (bounded by the jobs running)."""
         self._card_gb: dict[tuple[str, str], float] = {}
         """(cluster, node) -> GB per card, from the latest inventory (bounded by the node count)."""
         self.queue = QueueView(store)
@@ -322,7 +324,36 @@ class Scheduler:
             cpu_threshold=self.cpu_threshold,
             shapes=self.queue.shapes(),
             explain=self._explain_now(),
+            running=self._running_jobs(nodes),
         )
+
+    def _running_jobs(self, nodes: tuple[NodeState, ...]) -> Mapping[str, RunningJob]:
+        """Predicted end and whole cards of each job running on `nodes`, worked out once per job from
+        the store (when it started, where) and the estimate source (how long it runs there)."""
+        if self.estimator is None:
+            return MappingProxyType({})
+        running = {job_id for state in nodes for job_id in state.running}
+        for job_id in [j for j in self._running if j not in running]:
+            del self._running[job_id]
+        new = running.difference(self._running)
+        if new:
+            gpu_of = {(s.node.cluster, s.node.name): s.node.gpu_type for s in nodes}
+            for job_id in new:
+                self._running[job_id] = self._predict_run(job_id, gpu_of)
+        return MappingProxyType(self._running)
+
+    def _predict_run(self, job_id: str, gpu_of: Mapping[tuple[str, str], str]) -> RunningJob:
+        try:
+            record = self.store.get(job_id)
+        except UnknownJob:  # not cpn's job: its cards free at no known time
+            return RunningJob(math.inf)
+        spec = self._exclusive.get(job_id, record.spec)
+        gpu = gpu_of.get((record.cluster or "", record.node or ""))
+        estimate = self.estimator.estimates((spec,), (gpu,)).get(job_id, {}).get(gpu) if gpu else None
+        started = record.updated_at if record.state == JobState.RUNNING else self.clock.now()
+        end = started + estimate.runtime_s if estimate is not None else math.inf
+        cards = () if is_sharing(spec) else tuple((f"{record.cluster}/{n}", c) for n, c in record.placement)
+        return RunningJob(end, cards)
 
     def _explain_now(self) -> bool:
         wall = time.monotonic()

@@ -11,21 +11,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-from cpn.decisions import Placement, Snapshot
+from cpn.decisions import Placement, RunningJob, Snapshot
 
 GroupKey = tuple[str, str, str]
 """(cluster, GPU type, pool)."""
-
-
-@dataclass(frozen=True)
-class Booking:
-    """A job this policy started: when it should end and the whole cards it holds on each node."""
-
-    end: float
-    cards: tuple[tuple[str, int], ...]
-    """(`cluster/node`, cards) of its gang; empty for a job on a shared card."""
 
 
 class RunningBook:
@@ -33,22 +23,23 @@ class RunningBook:
     book holds no more entries than jobs running plus jobs started in the last round)."""
 
     def __init__(self) -> None:
-        self._bookings: dict[str, Booking] = {}
+        self._bookings: dict[str, RunningJob] = {}
         self.node_releases: dict[str, list[tuple[float, int]]] = {}
         """`cluster/node` -> (time, cards) its busy whole cards free at, as of the last `releases`."""
 
     def record(self, placement: Placement, end: float, whole_cards: bool) -> None:
         """Remember that `placement` should end at `end`."""
         cards = tuple((f"{placement.cluster}/{n}", c) for n, c in placement.nodes) if whole_cards else ()
-        self._bookings[placement.job_id] = Booking(end, cards)
+        self._bookings[placement.job_id] = RunningJob(end, cards)
 
     def __len__(self) -> int:
         return len(self._bookings)
 
     def releases(self, snapshot: Snapshot) -> dict[GroupKey, list[tuple[float, int]]]:
-        """Per group, (time, cards) its busy whole cards free at, from the predicted ends; cards of jobs
-        the book does not know (started before a restart, or by another policy) free at infinity, and
-        a job past its predicted end frees its cards now. Forgets the jobs no longer running."""
+        """Per group, (time, cards) its busy whole cards free at, from the predicted ends: the book's
+        own, else the snapshot's (`Snapshot.running`: jobs started before a restart, or by another
+        process); cards of jobs neither knows free at infinity, and a job past its predicted end frees
+        its cards now. Forgets the jobs no longer running."""
         running: set[str] = set()
         out: dict[GroupKey, list[tuple[float, int]]] = {}
         self.node_releases = {}
@@ -58,7 +49,7 @@ class RunningBook:
             busy = node.gpu_count - state.free_gpus - len(state.shared)
             for job_id in state.running:
                 running.add(job_id)
-                booking = self._bookings.get(job_id)
+                booking = self._bookings.get(job_id) or snapshot.running.get(job_id)
                 if booking is None:
                     continue
                 cards = dict(booking.cards).get(node.key, 0)
