@@ -19,7 +19,7 @@ Three kinds of evidence, per workload (model, and precision unless fp32, as mode
   measured elsewhere or measured not to run, by a linear programme with penalised slack where the table
   contradicts itself.
 - **Measured peaks** (`MemorySample`) from completed runs (DCGM framebuffer used) take precedence for
-  their model (fp32: jobs carry no precision): over the samples measured at the query's GPU count when
+  their workload (model and the job's precision): over the samples measured at the query's GPU count when
   there are any, else over all; a batch size seen before: the largest peak at it; two or more: a
   least-squares line over batch size, never below the smallest peak; one: that peak moved along the
   table's per-sample slope when the table gives a law (kept between the peak and the peak scaled in
@@ -46,10 +46,10 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.stats import kendalltau
 
-from models.features import PredictorInputError, model_key, workload_key
+from cpn.formats.throughput import ThroughputRow, normalise_precision
+from models.features import PredictorInputError, workload_key
 
 if TYPE_CHECKING:
-    from cpn.formats.throughput import ThroughputRow
     from models.benchmarks import BenchmarkCatalog
 
 MEMORY_SOURCES = ("measured", "fitted", "bound")
@@ -75,8 +75,14 @@ class MemorySample:
     gpu_mem_gb: float
     num_gpus: int | None = None
     """Cards of the run; None = unknown (the sample then counts for every GPU count)."""
+    precision: str = "fp32"
+    """The run's training precision (`JobSpec.precision`): its peak teaches that precision's workload."""
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "precision", normalise_precision(self.precision))
+        except ValueError as exc:
+            raise PredictorInputError(f"{self.model}: {exc}") from None
         if not (
             isinstance(self.gpu_mem_gb, int | float)
             and math.isfinite(self.gpu_mem_gb)
@@ -224,7 +230,7 @@ class MemoryModel:
         peaks: dict[str, dict[int | None, float]] = defaultdict(dict)
         by_count: dict[tuple[str, int], dict[int | None, float]] = defaultdict(dict)
         for s in samples:
-            key = model_key(s.model)
+            key = workload_key(s.model, s.precision)
             tables = [peaks[key]] + ([by_count[(key, s.num_gpus)]] if s.num_gpus is not None else [])
             for by_batch in tables:
                 by_batch[s.batch_size] = max(by_batch.get(s.batch_size, 0.0), float(s.gpu_mem_gb))
@@ -257,7 +263,7 @@ class MemoryModel:
         self.__dict__.update(state)
 
     def models(self) -> list[str]:
-        """Model keys with at least one measured peak."""
+        """Workload keys (models.features.workload_key) with at least one measured peak."""
         return sorted(self._peaks)
 
     def law(self, model: str, precision: str = "fp32") -> MemoryLaw | None:
@@ -277,13 +283,11 @@ class MemoryModel:
     ) -> MemoryEstimate | None:
         """GPU memory per card and its source (MEMORY_SOURCES): measured peaks first (fp32), then the
         table's law, then the table's bound; None without evidence. The GPU type does not enter."""
-        key = model_key(model)
         workload = workload_key(model, precision)
         law = self._laws.get(workload)
-        if workload == key:
-            measured = self._from_peaks(key, batch_size, num_gpus, law)
-            if measured is not None:
-                return MemoryEstimate(measured, "measured")
+        measured = self._from_peaks(workload, batch_size, num_gpus, law)
+        if measured is not None:
+            return MemoryEstimate(measured, "measured")
         if law is not None and batch_size is not None:
             return MemoryEstimate(law.at(batch_size), "fitted")
         bound = self._bound(workload, batch_size)

@@ -78,7 +78,7 @@ class Observation:
         """The measured GPU memory, if any."""
         if self.gpu_mem_gb is None:
             return None
-        return MemorySample(self.model, self.batch_size, self.gpu_mem_gb, self.num_gpus)
+        return MemorySample(self.model, self.batch_size, self.gpu_mem_gb, self.num_gpus, self.precision)
 
 
 def retrain(

@@ -17,6 +17,7 @@ from cpn.jobs import JobSpec
 from models.benchmarks import BenchmarkCatalog
 from models.memory import (
     CardEvidence,
+    MemoryEstimate,
     MemoryModel,
     MemorySample,
     card_evidence,
@@ -24,6 +25,7 @@ from models.memory import (
     leave_gpu_out,
 )
 from models.predictor import fit_predictor
+from models.retrain import Observation
 from tests.unit.test_predictor_support import catalog as three_gpu_catalog
 from tests.unit.test_predictor_support import rows as all_fit_rows
 
@@ -131,10 +133,17 @@ def test_a_measured_peak_overrides_the_table():
     # One measured batch: the peak moved along the table's per-sample slope.
     law = MemoryModel(evidence=evidence).law("bert")
     assert memory.predict("bert", 64) == pytest.approx(30.0 + 32 * law.per_sample_gb)
-    # Another precision has no measured peaks (jobs report fp32 runs): the table answers.
+    # A peak teaches its own precision's workload only: fp16 is answered by the fp16 table until an fp16
+    # run reports its peak (retraining passes the job's precision on).
     fp16 = [CardEvidence(e.model, e.batch_size, e.gpu_type, e.card_gb, e.ran, "fp16") for e in evidence]
     both = MemoryModel([MemorySample("bert", 32, 30.0)], evidence + fp16)
     assert both.estimate("bert", 32, precision="fp16").source == "fitted"
+    run = Observation(
+        "bert", 32, "NVIDIA-A10", 1, total_steps=100, runtime_s=10.0, gpu_mem_gb=20.0, precision="amp"
+    )
+    both = MemoryModel([MemorySample("bert", 32, 30.0), run.memory_sample()], evidence + fp16)
+    assert both.estimate("bert", 32, precision="fp16") == MemoryEstimate(20.0, "measured")
+    assert both.predict("bert", 32) == 30.0
 
 
 def test_no_evidence_gives_none():
