@@ -256,7 +256,8 @@ def run_jobs(args: argparse.Namespace) -> int:
 
 
 def run_job(args: argparse.Namespace) -> int:
-    """Print one job: its spec, state and placement, then its transitions."""
+    """Print one job: its spec, state and placement, its transitions, then the pod log tail of each failed
+    run (secret-looking values redacted)."""
     job_id = args.job_id if "/" in args.job_id else f"default/{args.job_id}"
     missing = f"no job {job_id} in {store_path(args.store)}; list the jobs with `cpn jobs`"
     if not store_path(args.store).exists():
@@ -283,6 +284,14 @@ def run_job(args: argparse.Namespace) -> int:
         for t in history
     ]
     print(_table(rows, indent="  "))
+    tails = [t for t in history if t.log_tail]
+    if tails:
+        from cpn.api import redact_text
+
+        for t in tails:
+            why = t.reason or t.to_state.value
+            print(f"\nlog tail of the run that ended {_format_time(t.time)} ({why}):")
+            print("\n".join("  " + line for line in redact_text(t.log_tail).splitlines()))
     if args.manifest:
         print("\nmanifest:\n" + record.spec.manifest.rstrip())
     return 0

@@ -12,7 +12,8 @@
   page at a time (`next_cursor` is the `cursor` of the next page; null at the end),
   only of the namespaces the token may read.
 - `GET /jobs/{namespace}/{name}`: one job with its spec, its manifest (with `env`
-  values and secret-looking fields redacted) and its transition history.
+  values and secret-looking fields redacted) and its transition history (a failed
+  run's end with the last lines of its pod log, secret-looking values redacted).
 - `GET /healthz`: the API is up (no token needed); job counts per state with a token
   for every namespace.
 
@@ -57,6 +58,12 @@ REDACTED = "<redacted>"
 _SECRET_KEY = re.compile(
     r"password|passwd|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|credential", re.IGNORECASE
 )
+_SECRET_IN_TEXT = re.compile(
+    rf"(?P<key>[\w.-]*(?:{_SECRET_KEY.pattern})[\w.-]*[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]+"
+    r"|(?P<scheme>\b(?:bearer|basic)\s+)[\w.~+/=-]+",
+    re.IGNORECASE,
+)
+"""A secret-looking key's value (`KEY=v`, `key: v`, `"key": "v"`) or a credential after Bearer/Basic."""
 _OPEN_PATHS = frozenset({"/healthz"})
 
 
@@ -384,6 +391,12 @@ def _redact(value: Any) -> Any:
     return out
 
 
+def redact_text(text: str) -> str:
+    """Free text (a pod log) with the values of secret-looking keys and Bearer/Basic credentials replaced
+    by REDACTED."""
+    return _SECRET_IN_TEXT.sub(lambda m: (m.group("key") or m.group("scheme")) + REDACTED, text)
+
+
 def _transition(t: Transition) -> dict[str, Any]:
     return {
         "from": t.from_state.value if t.from_state else None,
@@ -392,4 +405,5 @@ def _transition(t: Transition) -> dict[str, Any]:
         "reason": t.reason,
         "cluster": t.cluster,
         "node": t.node,
+        "log_tail": redact_text(t.log_tail),
     }

@@ -26,7 +26,7 @@ from cpn.clock import Clock, WallClock
 from cpn.decisions import Waiting
 from cpn.jobs import JobSpec, JobState, check_transition
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Stored in SQLite's `user_version`; a store written by a newer schema is refused, an older one upgraded."""
 
 _SCHEMA = (
@@ -58,7 +58,8 @@ _SCHEMA = (
         reason     TEXT NOT NULL,
         cluster    TEXT,
         node       TEXT,
-        gpu_mem_gb REAL                    -- peak GPU memory per card the cluster measured, if any
+        gpu_mem_gb REAL,                   -- peak GPU memory per card the cluster measured, if any
+        log_tail   TEXT NOT NULL DEFAULT '' -- a failed run's last pod log lines, as the gateway bounds them
     )""",
     "CREATE INDEX IF NOT EXISTS transitions_by_job ON transitions (job_id, seq)",
 )
@@ -77,6 +78,7 @@ _UPGRADES = {
             "needs_more_than_gb REAL",
         )
     ),
+    3: ("ALTER TABLE transitions ADD COLUMN log_tail TEXT NOT NULL DEFAULT ''",),
 }
 """Statements that bring a store of schema version k to k + 1."""
 
@@ -84,8 +86,8 @@ _JOB_COLUMNS = (
     "spec, state, cluster, node, location, submitted_at, updated_at, placement, "
     "wait_code, wait_detail, predicted_start, first_predicted_start, image, needs_more_than_gb"
 )
-_TRANSITION_COLUMNS = "job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb"
-_INSERT_TRANSITION = f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_TRANSITION_COLUMNS = "job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb, log_tail"
+_INSERT_TRANSITION = f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _IN_CHUNK = 500
 """Ids per `IN (...)` query, well under SQLite's limit on bound parameters."""
 
@@ -165,6 +167,8 @@ class Transition:
     node: str | None = None
     gpu_mem_gb: float | None = None
     """Peak GPU memory per card the cluster measured for the run that just ended; None = not measured."""
+    log_tail: str = ""
+    """On a failed run's end: the last lines of its pod's log, as the gateway bounded them; '' = none."""
 
 
 @dataclass(frozen=True)
@@ -351,7 +355,7 @@ class JobStore:
             db.executemany(
                 _INSERT_TRANSITION,
                 [
-                    (job_id, None, JobState.QUEUED.value, now, "accepted", None, None, None)
+                    (job_id, None, JobState.QUEUED.value, now, "accepted", None, None, None, "")
                     for job_id, *_ in new_jobs
                 ],
             )
@@ -371,6 +375,7 @@ class JobStore:
         location: str | None = None,
         at: float | None = None,
         gpu_mem_gb: float | None = None,
+        log_tail: str = "",
         placement: Sequence[tuple[str, int]] | None = None,
         image: str | None = None,
         needs_more_than_gb: float | None = None,
@@ -383,7 +388,8 @@ class JobStore:
         that going back to `queued` (or to `schedule-failed`) clears it. `location`
         records that the job's image and data now sit in that cluster (after a migration).
         `at` is when it happened, for events reported after the fact (default: now).
-        `gpu_mem_gb` is the peak GPU memory per card the cluster measured, on a run's end.
+        `gpu_mem_gb` is the peak GPU memory per card the cluster measured, on a run's end; `log_tail` the
+        last lines of a failed run's pod log.
         `placement` is every (node, cards) of the gang (kept like `cluster`; cleared with it). Leaving
         `queued` clears the job's waiting reason. `image` is the reference to run from now on (a
         migration's copy, pinned by digest). `needs_more_than_gb` records an OOM kill's lesson: the job
@@ -428,7 +434,7 @@ class JobStore:
             )
             db.execute(
                 _INSERT_TRANSITION,
-                (job_id, old_state.value, new_state.value, now, reason, cluster, node, gpu_mem_gb),
+                (job_id, old_state.value, new_state.value, now, reason, cluster, node, gpu_mem_gb, log_tail),
             )
 
     def set_waiting(self, waiting: Sequence[Waiting]) -> None:
@@ -626,7 +632,7 @@ def _record(row: tuple) -> JobRecord:
 
 
 def _transition(row: tuple) -> Transition:
-    job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb = row
+    job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb, log_tail = row
     return Transition(
         job_id,
         JobState(from_state) if from_state else None,
@@ -636,4 +642,5 @@ def _transition(row: tuple) -> Transition:
         cluster,
         node,
         gpu_mem_gb,
+        log_tail,
     )

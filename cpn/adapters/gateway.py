@@ -30,6 +30,9 @@ class JobEvent:
     """Why it failed (`OOMKilled`, ...) or other detail."""
     gpu_mem_gb: float | None = None
     """On a run's end: the peak GPU memory per card it used (DCGM's framebuffer in use); None = unknown."""
+    log_tail: str = ""
+    """On a failed end: the last lines of the failing pod's log, bounded by the gateway (lines and bytes);
+    '' on every other event, and where the cluster has no log (the simulated clusters have none)."""
 
 
 class SubmitRejected(RuntimeError):

@@ -186,6 +186,7 @@ class Scheduler:
                 reason=event.reason,
                 at=event.time,
                 gpu_mem_gb=event.gpu_mem_gb,
+                log_tail=event.log_tail,
             )
 
     def _replan_oom(self, event: JobEvent) -> bool:
@@ -211,6 +212,7 @@ class Scheduler:
             + (f", for cards of more than {learned:g} GB" if learned else ""),
             at=event.time,
             needs_more_than_gb=learned,
+            log_tail=event.log_tail,
         )
         return True
 

@@ -10,8 +10,9 @@ Completion comes by watch, not polling: one watch per collection (cpn's pods, ba
 resumed from its resourceVersion and relisted on 410 Gone (cpn.adapters.kubernetes.watch). Each change
 re-derives the job's status (cpn.adapters.kubernetes.status); `poll_events` hands out the transitions,
 each once: `running`, then `succeeded` or `failed` with the reason (OOMKilled, Evicted, ...). At a job's
-end the tail of its pod's log is kept (`log_tail`) and, where a `gpu_memory` source is given, its
-measured peak GPU memory goes on the event.
+end the tail of its pod's log is read (the failed pod's, else the first; `log_tail`), bounded by lines
+and bytes, and a failed end carries it on its event (`JobEvent.log_tail`, kept in the job store with
+the transition); where a `gpu_memory` source is given, the measured peak GPU memory goes on the event.
 
 On start-up (`held_jobs`, or the first `poll_events`) the gateway lists what the cluster runs for cpn
 (by cpn's labels) and reports every job found afresh; the caller's store skips what it already has, and a
@@ -79,6 +80,7 @@ class KubernetesGateway:
         retry: RetryPolicy | None = None,
         watch_timeout_s: int = 60,
         log_lines: int = 50,
+        log_bytes: int = 8192,
         clock: Clock | None = None,
         gpu_memory: GpuMemorySource | None = None,
         sleep: Callable[[float], None] | None = None,
@@ -92,6 +94,9 @@ class KubernetesGateway:
             label_domain, self._node, hami=hami, hami_resource_pool=hami_resource_pool
         )
         self.log_lines = log_lines
+        """Lines of a finished job's pod log kept (0: the log is not read)."""
+        self.log_bytes = log_bytes
+        """At most this many bytes of them (the last whole lines)."""
         self.clock = clock or WallClock()
         self.gpu_memory = gpu_memory
         self._lock = threading.RLock()
@@ -292,7 +297,8 @@ class KubernetesGateway:
         return sorted(events, key=lambda e: e.time)
 
     def log_tail(self, job_id: str) -> str:
-        """The last lines of the log of the job's pod (the failed one, if any), read when it ended."""
+        """The last lines of the log of the job's pod (the failed one, if any), read when it ended, bounded
+        by `log_lines` and `log_bytes`."""
         return self._logs.get(job_id, "")
 
     def _on_list(self, collection: str, items: list[dict]) -> None:
@@ -378,19 +384,40 @@ class KubernetesGateway:
         except ApiError as exc:
             log.warning("pods of %s not readable at its end: %s", job_id, exc)
         end = status.end if status.end is not None else now
-        if status.failed_pod is not None:
+        if status.failed_pod is not None and self.log_lines > 0:
             ns, name = status.failed_pod
             try:
-                self._logs[job_id] = self.api.call(
+                text = self.api.call(
                     self.api.core.read_namespaced_pod_log, name, ns, tail_lines=self.log_lines, raw=True
                 )
+                self._logs[job_id] = tail(text, self.log_lines, self.log_bytes)
             except ApiError as exc:
-                self._logs[job_id] = f"(log not readable: {exc})"
+                self._logs[job_id] = f"(log of pod {ns}/{name} not readable: {exc})"
         mem = None
         if self.gpu_memory is not None and status.phase == "succeeded" and status.start is not None:
             mem = self.gpu_memory(job_id, status.nodes, status.start, end)
+        log_tail = self._logs.get(job_id, "") if status.phase == "failed" else ""
         with self._lock:
-            self._events.append(JobEvent(job_id, status.phase, end, status.reason, mem))  # type: ignore[arg-type]
+            self._events.append(
+                JobEvent(job_id, status.phase, end, status.reason, mem, log_tail)  # type: ignore[arg-type]
+            )
+
+
+def tail(text: str, lines: int, max_bytes: int) -> str:
+    """The last `lines` lines of `text` that fit in `max_bytes` of UTF-8 (whole lines; a last line longer
+    than that keeps its end), without a trailing newline."""
+    if lines <= 0 or max_bytes <= 0:
+        return ""
+    kept: list[str] = []
+    size = 0
+    for line in reversed(text.rstrip("\n").splitlines()[-lines:]):
+        size += len(line.encode()) + bool(kept)
+        if size > max_bytes:
+            if not kept:
+                kept.append(line.encode()[-max_bytes:].decode(errors="ignore"))
+            break
+        kept.append(line)
+    return "\n".join(reversed(kept))
 
 
 def _bind_custom(fn: Callable[..., Any], *args: Any) -> Callable[..., Any]:
@@ -488,10 +515,12 @@ def gateway_for(
     """The gateway of one configured cluster, reached through its kubeconfig file and context.
 
     `label_domain` and `gpu_aliases` are the cluster config's (ClustersConfig); kubeconfig, context,
-    HAMi and the Kubernetes version come from `cluster`. `options` go to KubernetesGateway (clock,
-    gpu_memory, retry, watch_timeout_s, log_lines) or give an `api_client` to use instead of the
-    kubeconfig. Nothing is contacted until the gateway is used.
+    HAMi, the Kubernetes version and the log tail's bounds come from `cluster`. `options` go to
+    KubernetesGateway (clock, gpu_memory, retry, watch_timeout_s, log_lines, log_bytes) or give an
+    `api_client` to use instead of the kubeconfig. Nothing is contacted until the gateway is used.
     """
+    options.setdefault("log_lines", cluster.log_tail_lines)
+    options.setdefault("log_bytes", cluster.log_tail_bytes)
     api_client = options.pop("api_client", None)
     if api_client is None:
         if cluster.kube_context is None:
