@@ -29,13 +29,27 @@ class SjfSettings(_PolicyBase):
     name: Literal["sjf"] = "sjf"
 
 
-class GreedySettings(_PolicyBase):
+class _RanksGpuTypes(_PolicyBase):
+    """Settings of a policy that chooses among GPU types by predicted runtime."""
+
+    pessimism: float = Field(
+        0.0,
+        ge=0,
+        le=3,
+        description="Rank a job's GPU types by its runtime estimate this many stated spreads above it, "
+        "runtime x (1 + uncertainty)^pessimism (cpn.policies.placement.pessimistic_runtime): a job is not "
+        "sent to a GPU type whose estimate is a guess when a type it is surer of finishes first on that "
+        "reckoning. 0 = the estimate itself (docs/optimiser.md).",
+    )
+
+
+class GreedySettings(_RanksGpuTypes):
     """Earliest predicted finish on what is free now (jobs by priority, then arrival)."""
 
     name: Literal["greedy"] = "greedy"
 
 
-class MilpSettings(_PolicyBase):
+class MilpSettings(_RanksGpuTypes):
     """The queue optimiser (docs/optimiser.md): a MILP over GPU groups and time buckets."""
 
     name: Literal["milp"] = "milp"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import highspy
 import pulp
 
-from config.policies import MilpSettings
+from config.policies import GreedySettings, MilpSettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot, SolverRound, Waiting
 from cpn.jobs import JobSpec
 from cpn.policies.base import by_priority
@@ -46,6 +46,9 @@ class _Job:
     options: list[tuple[Group, float]]
     weight: float
     shortest: float
+    costs: list[float]
+    """Per option, what choosing it is ranked by: the transfer plus the runtime `pessimism` spreads up
+    (placement.pessimistic_runtime); the duration itself with pessimism 0."""
 
     cards: int = 0
     """Whole cards it holds (a sharing job: the one card it joins or opens)."""
@@ -118,7 +121,7 @@ class MilpPolicy:
         self.book = RunningBook()
         self.last_round: SolverRound | None = None
         """The latest round's solve (also on its Decision)."""
-        self._greedy = GreedyPolicy()
+        self._greedy = GreedyPolicy(GreedySettings(pessimism=self.settings.pessimism))
 
     # --- the round ---------------------------------------------------------------------------------
 
@@ -134,9 +137,10 @@ class MilpPolicy:
         if reserved is not None:
             fit = capacity.fit(reserved.spec, reserved.runtimes)
             durations = {g.key: d for g, d in reserved.options}
+            ranks = {g.key: c for (g, _), c in zip(reserved.options, reserved.costs, strict=True)}
             usable = [o for o in fit.options if o.group.key in durations]
             if usable:  # EASY's head starts first when it can
-                option = min(usable, key=lambda o: durations[o.group.key])
+                option = min(usable, key=lambda o: ranks[o.group.key])
                 first.append(self._start(snapshot.now, capacity, reserved, option, durations, ends))
                 jobs = [j for j in jobs if j is not reserved]
                 reserved = None
@@ -190,11 +194,12 @@ class MilpPolicy:
         admits: dict[tuple, bool] = {}
         for job in by_priority(snapshot.pending):
             runtimes = usable_runtimes(snapshot, job)
+            ranked = usable_runtimes(snapshot, job, self.settings.pessimism)
             if not runtimes:
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
                 continue
             transfer = snapshot.transfer_s.get(job.job_id, {})
-            options = []
+            options, costs = [], []
             for group in capacity.groups(job.kind):
                 if group.gpu_type not in runtimes:
                     continue
@@ -203,13 +208,15 @@ class MilpPolicy:
                 if key not in admits:
                     admits[key] = group.admits_ever(job, mem)
                 if admits[key]:
-                    options.append((group, transfer.get(group.cluster, 0.0) + runtimes[group.gpu_type]))
+                    move = transfer.get(group.cluster, 0.0)
+                    options.append((group, move + runtimes[group.gpu_type]))
+                    costs.append(move + ranked[group.gpu_type])
             if not options:
                 reason = capacity.why_never(job, runtimes) or "no GPU group could ever take it"
                 rejections.append(Rejection(job.job_id, reason))
                 continue
             weight = 2.0 ** max(-20, min(20, job.priority))
-            jobs.append(_Job(job, runtimes, options, weight, min(d for _, d in options)))
+            jobs.append(_Job(job, runtimes, options, weight, min(d for _, d in options), costs))
         return jobs, rejections
 
     def _reserved(self, snapshot: Snapshot, jobs: list[_Job]) -> _Job | None:
@@ -296,7 +303,7 @@ class MilpPolicy:
                     x[(i, o, k)] = var
                     # Options come own pool first, then inventory order: a tiny tie-breaker keeps the
                     # seed's soft pool affinity where completion times are equal.
-                    end = (planned_start(starts, k) - now + duration) * (1 + AFFINITY_TIE * o)
+                    end = (planned_start(starts, k) - now + job.costs[o]) * (1 + AFFINITY_TIE * o)
                     mine.append((var, end))
                     if k == 0:
                         now_terms.setdefault(key, []).append((var, job.size))
@@ -388,7 +395,7 @@ class MilpPolicy:
             ends = [
                 horizon - now + job.shortest
                 if chosen is None
-                else planned_start(starts, chosen[1]) - now + job.options[chosen[0]][1]
+                else planned_start(starts, chosen[1]) - now + job.costs[chosen[0]]
                 for job, chosen in zip(window, assignment.values(), strict=True)
             ]
             span.setInitialValue(max(ends, default=0.0))
@@ -496,6 +503,7 @@ class MilpPolicy:
             elif option is not None:
                 blocked_by_plan.add(job.spec.job_id)
         durations = {id(j): {g.key: d for g, d in j.options} for j in jobs}
+        ranks = {id(j): {g.key: c for (g, _), c in zip(j.options, j.costs, strict=True)} for j in jobs}
         started_ids = {p.job_id for p in placements}
         # The projection: what runs now, then the plan's waiting jobs on their groups in bucket order.
         free = {g.key: g.free for g in capacity.groups()}
@@ -530,7 +538,7 @@ class MilpPolicy:
             waited = projection.best(((g.key, d) for g, d in job.options), job.cards, now)
             finish = waited[1] + waited[2] if waited is not None else math.inf
             held = False
-            for option in sorted(fit.options, key=lambda o: durations[id(job)].get(o.group.key, math.inf)):
+            for option in sorted(fit.options, key=lambda o: ranks[id(job)].get(o.group.key, math.inf)):
                 key = option.group.key
                 duration = durations[id(job)].get(key)
                 if duration is None or now + duration > finish + 1e-6:

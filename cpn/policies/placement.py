@@ -427,13 +427,29 @@ NO_ESTIMATE = "no runtime estimate for any GPU type"
 """Rejection reason of a job that estimate-driven policies cannot rank or place."""
 
 
-def usable_runtimes(snapshot: Snapshot, job: JobSpec) -> dict[str, float]:
-    """GPU type -> estimated runtime (s) of `job`, for the types it has a finite estimate for.
+def pessimistic_runtime(estimate: Estimate, pessimism: float) -> float:
+    """The runtime `pessimism` stated spreads above the estimate: `runtime_s x (1 + uncertainty)^pessimism`.
 
-    Policies that rank by estimates treat a type without one as unusable for the job.
+    The predictor's spread is symmetric in log space (`uncertainty = exp(spread) - 1`), so this is the
+    runtime's upper quantile: with pessimism 1, the estimate plus one spread (about the 84th percentile
+    of a log-normal error). A policy that compares GPU types by it does not send a job to a card on a
+    guess: a type whose estimate is much less certain than another's must look faster by more than the
+    difference in their spreads to be preferred, while equally certain estimates keep their order.
+    """
+    if pessimism == 0 or estimate.uncertainty <= 0:
+        return estimate.runtime_s
+    return estimate.runtime_s * (1.0 + estimate.uncertainty) ** pessimism
+
+
+def usable_runtimes(snapshot: Snapshot, job: JobSpec, pessimism: float = 0.0) -> dict[str, float]:
+    """GPU type -> runtime (s) of `job`, for the types it has a finite estimate for.
+
+    Policies that rank by estimates treat a type without one as unusable for the job. With `pessimism`
+    > 0, each runtime is the estimate's upper quantile (`pessimistic_runtime`): what to rank GPU types by,
+    so that they are ranked by what the job may take on them, not by what it takes if the guess is right.
     """
     return {
-        gpu: e.runtime_s
+        gpu: pessimistic_runtime(e, pessimism)
         for gpu, e in snapshot.estimates.get(job.job_id, {}).items()
         if e.runtime_s < math.inf
     }
