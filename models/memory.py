@@ -29,9 +29,10 @@ Three kinds of evidence, per workload (model, and precision unless fp32, as mode
 Every answer says where it came from (`MemoryEstimate.source`): `measured` (peaks), `fitted` (the law of
 a largest-fitting table: an estimate, about as good as the step between the batch sizes the table tried)
 or `bound` (only "it ran on a card of N GB": at most N, scaled in proportion beyond the batches that
-ran). A model with no evidence gets None, and the job's declared `gpu_mem_gb` is all the scheduler has.
-None of it depends on the GPU type asked about: memory is a property of the model, batch and framework,
-so a card the model never ran on gets the same figure.
+ran; or "it did not run on N GB": just over N; a gang's bounds come from gangs, see CardEvidence). A
+model with no evidence gets None, and the job's declared `gpu_mem_gb` is all the scheduler has. None of
+it depends on the GPU type asked about: memory is a property of the model, batch and framework, so a card
+the model never ran on gets the same figure.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.stats import kendalltau
 
+from cpn.engine.queue_view import MEMORY_MARGIN_GB
 from cpn.formats.throughput import ThroughputRow, normalise_precision
 from models.features import PredictorInputError, workload_key
 
@@ -104,6 +106,10 @@ class CardEvidence:
     card_gb: float
     ran: bool
     precision: str = "fp32"
+    num_gpus: int = 1
+    """Cards of the run: a gang keeps gradient buckets and communication buffers per card that a one-card
+    run does not, so a one-card run bounds only one-card memory, and a gang measured not to run says
+    nothing about one card."""
 
 
 @dataclass(frozen=True)
@@ -136,7 +142,13 @@ def card_evidence(rows: Sequence[ThroughputRow], catalog: BenchmarkCatalog) -> l
             continue
         out.append(
             CardEvidence(
-                r.model, r.batch_size, profile.key, profile.memory_gb, r.steps_per_sec > 0, r.precision
+                r.model,
+                r.batch_size,
+                profile.key,
+                profile.memory_gb,
+                r.steps_per_sec > 0,
+                r.precision,
+                r.num_gpus,
             )
         )
     return out
@@ -239,16 +251,18 @@ class MemoryModel:
         grouped: dict[str, list[CardEvidence]] = defaultdict(list)
         for e in evidence:
             grouped[workload_key(e.model, e.precision)].append(e)
-        self._bounds: dict[str, dict[int | None, float]] = {}
-        """Workload -> batch -> memory of the smallest card it ran on."""
+        self._bounds: dict[str, list[tuple[int | None, bool, bool, float]]] = {}
+        """Workload -> (batch, on a gang, ran, card GB): the smallest card each ran on, the largest card
+        each was measured not to run on."""
         self._laws: dict[str, MemoryLaw] = {}
         for key, rows in grouped.items():
-            ran: dict[int | None, float] = {}
+            cards: dict[tuple[int | None, bool, bool], float] = {}
             for e in rows:
-                if e.ran:
-                    ran[e.batch_size] = min(ran.get(e.batch_size, math.inf), e.card_gb)
-            if ran:
-                self._bounds[key] = ran
+                k = (e.batch_size, e.num_gpus > 1, e.ran)
+                cards[k] = (
+                    min(cards.get(k, math.inf), e.card_gb) if e.ran else max(cards.get(k, 0), e.card_gb)
+                )
+            self._bounds[key] = [(*k, card) for k, card in cards.items()]
             if largest_fits if largest_fits is not None else largest_fitting(rows):
                 law = fit_law(rows)
                 if law is not None:
@@ -290,7 +304,7 @@ class MemoryModel:
             return MemoryEstimate(measured, "measured")
         if law is not None and batch_size is not None:
             return MemoryEstimate(law.at(batch_size), "fitted")
-        bound = self._bound(workload, batch_size)
+        bound = self._bound(workload, batch_size, num_gpus)
         return None if bound is None else MemoryEstimate(bound, "bound")
 
     def for_job(
@@ -309,16 +323,25 @@ class MemoryModel:
             return None
         return est.gpu_mem_gb
 
-    def _bound(self, workload: str, batch_size: int | None) -> float | None:
-        """At most: the smallest card a batch ran on, scaled up in proportion beyond the batch (memory
-        grows no faster than the batch when the fixed part is >= 0); None if nothing ran."""
-        ran = self._bounds.get(workload)
-        if not ran:
-            return None
-        if batch_size is None:
-            return ran.get(None)
-        sized = [m * max(1.0, batch_size / b) for b, m in ran.items() if b is not None]
-        return min(sized) if sized else None
+    def _bound(self, workload: str, batch_size: int | None, num_gpus: int | None) -> float | None:
+        """At most the smallest card the batch (or a smaller one, scaled up in proportion: memory grows
+        no faster than the batch when the fixed part is >= 0) ran on with as many cards or more; where
+        the batch (or a smaller one) was measured not to run on a card at least as large as that, just
+        over that card (MEMORY_MARGIN_GB, as for a job OOM-killed there). None if neither is known."""
+        gang = num_gpus is not None and num_gpus > 1
+        upper, lower = [], []
+        for batch, on_gang, ran, card_gb in self._bounds.get(workload, ()):
+            if (batch is None) != (batch_size is None):
+                continue
+            if ran and on_gang >= gang:
+                upper.append(card_gb * (max(1.0, batch_size / batch) if batch else 1.0))
+            elif not ran and on_gang <= gang and (batch is None or batch_size >= batch):
+                lower.append(card_gb)
+        at_most = min(upper, default=None)
+        over = max(lower, default=None)
+        if over is not None and (at_most is None or at_most <= over):
+            return over + MEMORY_MARGIN_GB
+        return at_most
 
     def _from_peaks(
         self, key: str, batch_size: int | None, num_gpus: int | None, law: MemoryLaw | None

@@ -229,14 +229,18 @@ def fit_predictor(
     memory_samples: Sequence[MemorySample] = (),
     calibrate: bool = True,
     seed: int = 0,
+    memory_rows: Sequence[ThroughputRow] | None = None,
     **params: Any,
 ) -> Predictor:
     """Train a Predictor on measured rows (see models.features.training_rows) and memory samples; GPU
-    memory is learnt from the samples and from which cards the rows ran on (models.memory).
+    memory is learnt from the samples and from which cards the rows ran on (models.memory), or the rows of
+    `memory_rows` when given: a whole table, with its rows measured not to run (0 steps/s), which
+    training rows leave out.
 
     With `calibrate`, more fits on the rows (5 folds plus one per GPU type) set the spread scales
     (calibrate_spread).
     """
     scale, floor = calibrate_spread(rows, catalog, estimator, seed, params) if calibrate else (1.0, None)
     fitted = make_estimator(estimator, catalog, seed, **params).fit(rows)
-    return Predictor(fitted, MemoryModel(memory_samples, card_evidence(rows, catalog)), scale, floor)
+    evidence = card_evidence(rows if memory_rows is None else memory_rows, catalog)
+    return Predictor(fitted, MemoryModel(memory_samples, evidence), scale, floor)

@@ -8,13 +8,16 @@ what a correct model must recover.
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import pytest
 
 from config.benchmarks import BenchmarksConfig
-from cpn.formats.throughput import ThroughputRow
+from cpn.engine.queue_view import MEMORY_MARGIN_GB
+from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.jobs import JobSpec
 from models.benchmarks import BenchmarkCatalog
+from models.features import training_rows
 from models.memory import (
     CardEvidence,
     MemoryEstimate,
@@ -182,3 +185,36 @@ def test_models_pickled_before_tables_were_read_still_load():
     restored = pickle.loads(pickle.dumps(restored))
     assert restored.predict("LM", 10) == 4.0
     assert restored.predict("bert", 10) is None
+
+
+def test_a_gang_measured_not_to_run_needs_a_larger_card():
+    # Gavel's shape: batch 128 ran on one 12 GB card, not on a gang of them, and on gangs of 16 GB cards.
+    single = CardEvidence("r", 128, "k80", 12.0, True)
+    gang_oom = CardEvidence("r", 128, "k80", 12.0, False, num_gpus=2)
+    gang_ran = CardEvidence("r", 128, "p100", 16.0, True, num_gpus=2)
+    memory = MemoryModel(evidence=[single, gang_oom, gang_ran])
+    assert memory.predict("r", 128, num_gpus=1) == 12.0
+    assert memory.predict("r", 128, num_gpus=4) == 16.0  # at most 16: a gang's bound comes from gangs
+    assert memory.predict("r", 64, num_gpus=4) == 16.0  # the smaller batch may fit 12 GB: not said
+    alone = MemoryModel(evidence=[single, gang_oom])
+    assert alone.predict("r", 128, num_gpus=2) == pytest.approx(12.0 + MEMORY_MARGIN_GB)
+    assert alone.estimate("r", 128, num_gpus=2).source == "bound"
+
+
+def test_the_predictor_learns_what_gavel_measured_not_to_run():
+    table = ThroughputTable.load()
+    predictor = fit_predictor(
+        training_rows(table),
+        BenchmarkCatalog.load(),
+        "rf",
+        calibrate=False,
+        n_estimators=5,
+        memory_rows=table.rows,
+    )
+    job = JobSpec(job_id="ns/r", model="ResNet-50", batch_size=128, num_gpus=4, total_steps=100)
+    # Measured not to run on 2, 4 and 8 K80s (12 GB), run on gangs of 16 GB cards: no K80 for it.
+    assert predictor.estimate(job, "k80").gpu_mem_gb == 16.0
+    assert predictor.estimate(replace(job, num_gpus=1), "k80").gpu_mem_gb == 12.0
+    assert (
+        predictor.estimate(replace(job, gpu_mem_gb=9.0), "k80").gpu_mem_gb is None
+    )  # declared: a bound adds nothing
