@@ -57,7 +57,8 @@ def test_tail_keeps_the_last_whole_lines_within_both_bounds():
     assert tail(text, 0, 100) == "" and tail(text, 5, 0) == "" and tail("", 5, 100) == ""
 
 
-def test_a_failed_end_carries_the_bounded_tail_and_a_success_carries_none(server):
+def test_a_failed_end_carries_the_bounded_tail_and_a_success_carries_none(server, monkeypatch):
+    monkeypatch.setattr("cpn.adapters.kubernetes.gateway.LOG_TAILS_KEPT", 1)
     server.add_node("t-0", gpu_labels("training", A100, 4, 81920), 4, taints=seed_taints("training", A100))
     gw = make_gateway(server, log_lines=50, log_bytes=400)
     gw.start()
@@ -67,17 +68,20 @@ def test_a_failed_end_carries_the_bounded_tail_and_a_success_carries_none(server
             gw.submit(spec, Placement(spec.job_id, "east", "t-0", 1))
         wait_for(lambda: len(gw.poll_events()) == 2 or None)  # both running
         server.finish("team", "bad", outcome="failed", log=LOG)
+        (failed,) = wait_for(gw.poll_events)
+        assert gw.log_tail("team/bad") == failed.log_tail
         server.finish("team", "good", log=LOG)
-        ends = {}
-        wait_for(lambda: ends.update({e.job_id: e for e in gw.poll_events()}) or len(ends) == 2)
+        (succeeded,) = wait_for(gw.poll_events)
+        # Only the last LOG_TAILS_KEPT jobs' tails stay in the gateway; the failed one went with its event.
+        assert gw.log_tail("team/bad") == "" and gw.log_tail("team/good") == tail(LOG, 50, 400)
     finally:
         gw.close()
-    failed, succeeded = ends["team/bad"], ends["team/good"]
-    assert failed.kind == "failed" and failed.log_tail == tail(LOG, 50, 400)
+    assert (failed.job_id, failed.kind) == ("team/bad", "failed")
+    assert failed.log_tail == tail(LOG, 50, 400)
     lines = failed.log_tail.splitlines()
     assert lines[-1].startswith("RuntimeError: CUDA error") and len(failed.log_tail.encode()) <= 400
     assert LOG.endswith(failed.log_tail) and 5 < len(lines) < 50  # the byte bound bit first
-    assert succeeded.kind == "succeeded" and succeeded.log_tail == ""
+    assert (succeeded.job_id, succeeded.kind, succeeded.log_tail) == ("team/good", "succeeded", "")
 
 
 @pytest.fixture

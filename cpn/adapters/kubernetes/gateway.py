@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,10 @@ GpuMemorySource = Callable[[str, tuple[str, ...], float, float], float | None]
 """(job id, nodes, start, end) -> peak GPU memory per card in GB over the run, None = unknown."""
 
 _ORDER = {"submitted": 0, "running": 1, "succeeded": 2, "failed": 2}
+
+LOG_TAILS_KEPT = 256
+"""`log_tail` answers for the jobs that ended last, this many: a failed job's tail travels on its event
+to the job store, and a long-running service must not keep every job's log."""
 
 
 class ApiRefusal(SubmitRejected):
@@ -107,7 +111,8 @@ class KubernetesGateway:
         self._seen: dict[str, str] = {}
         """job_id -> the last phase reported."""
         self._events: list[JobEvent] = []
-        self._logs: dict[str, str] = {}
+        self._logs: OrderedDict[str, str] = OrderedDict()
+        """job_id -> its log tail, for the LOG_TAILS_KEPT jobs that ended last."""
         self._nodes: dict[str, Node] = {}
         self._started = False
         self._ended: set[str] = set()
@@ -298,8 +303,9 @@ class KubernetesGateway:
 
     def log_tail(self, job_id: str) -> str:
         """The last lines of the log of the job's pod (the failed one, if any), read when it ended, bounded
-        by `log_lines` and `log_bytes`."""
-        return self._logs.get(job_id, "")
+        by `log_lines` and `log_bytes`; '' for a job not among the LOG_TAILS_KEPT that ended last."""
+        with self._lock:
+            return self._logs.get(job_id, "")
 
     def _on_list(self, collection: str, items: list[dict]) -> None:
         with self._lock:
@@ -384,20 +390,26 @@ class KubernetesGateway:
         except ApiError as exc:
             log.warning("pods of %s not readable at its end: %s", job_id, exc)
         end = status.end if status.end is not None else now
+        text = ""
         if status.failed_pod is not None and self.log_lines > 0:
             ns, name = status.failed_pod
             try:
                 text = self.api.call(
                     self.api.core.read_namespaced_pod_log, name, ns, tail_lines=self.log_lines, raw=True
                 )
-                self._logs[job_id] = tail(text, self.log_lines, self.log_bytes)
             except ApiError as exc:
-                self._logs[job_id] = f"(log of pod {ns}/{name} not readable: {exc})"
+                text = f"(log of pod {ns}/{name} not readable: {exc})"
+            text = tail(text, self.log_lines, self.log_bytes)
         mem = None
         if self.gpu_memory is not None and status.phase == "succeeded" and status.start is not None:
             mem = self.gpu_memory(job_id, status.nodes, status.start, end)
-        log_tail = self._logs.get(job_id, "") if status.phase == "failed" else ""
         with self._lock:
+            if text:
+                self._logs[job_id] = text
+                self._logs.move_to_end(job_id)
+                while len(self._logs) > LOG_TAILS_KEPT:
+                    self._logs.popitem(last=False)
+            log_tail = text if status.phase == "failed" else ""
             self._events.append(
                 JobEvent(job_id, status.phase, end, status.reason, mem, log_tail)  # type: ignore[arg-type]
             )
