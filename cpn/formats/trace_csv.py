@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cpn.formats.throughput import normalise_precision
 from cpn.jobs import JobSpec
 
 
@@ -27,6 +28,7 @@ OPTIONAL_COLUMNS = (
     "cpu",
     "priority",
     "source_cluster",
+    "precision",
 )
 """Columns a job trace CSV may add; an empty cell means the JobSpec default."""
 
@@ -84,6 +86,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "cpu": parse_positive,
     "priority": int,
     "source_cluster": str,
+    "precision": normalise_precision,
 }
 _MAY_BE_EMPTY = frozenset(OPTIONAL_COLUMNS) | {"batch_size"}
 

@@ -13,6 +13,7 @@ from cpn.clock import SimClock
 from cpn.engine.feedback import CompletedRun
 from cpn.formats.manifests import to_manifest
 from cpn.formats.throughput import ThroughputTable
+from cpn.formats.trace_csv import TraceFormatError, load_trace_csv
 from cpn.intake import IntakeError, parse_manifests
 from cpn.jobs import JobSpec
 from cpn.sim.truth import GroundTruth
@@ -122,3 +123,13 @@ def test_a_completed_fp16_run_teaches_the_fp16_workload():
     (obs,) = observations_from_runs([run])
     assert obs.row().precision == "fp16" and obs.row().steps_per_sec == pytest.approx(1000.0)
     assert Observation("tacotron2", 256, GPU, 8, 100_000, 100.0, precision="AMP").precision == "fp16"
+
+
+def test_a_trace_row_may_give_the_precision_and_a_bad_one_names_line_and_column(tmp_path):
+    path = tmp_path / "trace.csv"
+    head = "job_id,arrival_s,model,batch_size,num_gpus,total_steps,precision\n"
+    path.write_text(head + "a,0,tacotron2,256,8,100000,amp\nb,0,tacotron2,256,8,100000,\n")
+    assert [j.precision for j in load_trace_csv(path)] == ["fp16", "fp32"]
+    path.write_text(head + "a,0,tacotron2,256,8,100000,fp8\n")
+    with pytest.raises(TraceFormatError, match=r"trace\.csv:2: column precision: .*'fp8'"):
+        load_trace_csv(path)
