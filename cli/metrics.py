@@ -1,7 +1,7 @@
 """`cpn metrics check`: is every cluster's Prometheus serving fresh GPU and node series?
 `cpn metrics serve-sim`: a simulated cluster's exporters, for a real Prometheus to scrape.
 
-Exit status of `check`: 0 every cluster ok; 1 some cluster degraded (a series missing or stale) or
+Exit status of `check`: 0 every cluster ok; 1 some cluster degraded (a series missing, stale or frozen) or
 unknown (Prometheus unreachable, or no `prometheus_url`); 2 the config cannot be read.
 """
 
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     group_sub = group.add_subparsers(dest="metrics_command", metavar="SUBCOMMAND", required=True)
     p = group_sub.add_parser(
         "check",
-        help="check every cluster's required series (ok, missing, stale, unreachable)",
+        help="check every cluster's required series (ok, missing, stale, frozen, unreachable)",
         description=(
             "Query each cluster's prometheus_url with its configured PromQL and print, per cluster, each "
             "required series, its state and the age of its newest sample."
@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def report(metrics: dict[str, ClusterMetrics]) -> dict:
-    """The JSON report: cluster -> health, detail, series states and ages, nodes with readings."""
+    """The JSON report: cluster -> health, detail, series states and ages, nodes read, frozen cards."""
     return {
         "ok": all(m.health == "ok" for m in metrics.values()),
         "clusters": {
@@ -72,6 +72,7 @@ def report(metrics: dict[str, ClusterMetrics]) -> dict:
                     for s in m.series
                 ],
                 "nodes": len(m.nodes),
+                "frozen_cards": [{"node": node, "gpu": gpu} for node, gpu in m.frozen],
             }
             for name, m in metrics.items()
         },

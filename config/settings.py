@@ -75,6 +75,12 @@ class PromQuery(_Strict):
 
 _NODE_JOIN = "* on (instance) group_left (nodename) node_uname_info"
 
+WINDOW = "{window}"
+"""Placeholder in the `gpu_energy` query for the frozen-check window (a PromQL duration)."""
+
+DCGM_COLLECT_INTERVAL_S = 30.0
+"""dcgm-exporter's default `--collect-interval` (30000 ms): its values change at most this often."""
+
 
 class PromQueries(_Strict):
     """The PromQL of every reading, per cluster; the defaults read dcgm-exporter and node-exporter.
@@ -95,6 +101,26 @@ class PromQueries(_Strict):
         query=f"(node_memory_MemTotal_bytes - node_memory_MemAvailable_bytes) {_NODE_JOIN}",
         series="node_memory_MemAvailable_bytes",
     )
+    gpu_energy: PromQuery | None = Field(
+        PromQuery(
+            query="increase(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[{window}])",
+            series="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        ),
+        description="Per card, how much a counter that grows on every powered GPU grew over the last "
+        "`{window}` (filled in with `frozen_after_s`): DCGM's energy since boot. A card whose counter did "
+        "not grow is frozen (an exporter serving the same values, fresh timestamps and all) and is "
+        "scheduled on inventory alone. Null turns the check off (GPUs before Volta report no energy).",
+    )
+
+    @model_validator(mode="after")
+    def _window_in_energy_query(self) -> PromQueries:
+        if self.gpu_energy is not None and WINDOW not in self.gpu_energy.query:
+            raise ValueError(
+                f"metrics.queries.gpu_energy.query must contain {WINDOW} where the window goes, e.g. "
+                f"increase(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[{WINDOW}]); set gpu_energy to null to "
+                "turn the frozen-exporter check off"
+            )
+        return self
 
 
 class MetricsSettings(_Strict):
@@ -111,12 +137,35 @@ class MetricsSettings(_Strict):
     timeout_s: float = Field(
         5, gt=0, description="Seconds to wait for Prometheus before calling it unreachable."
     )
+    frozen_after_s: float | None = Field(
+        None,
+        gt=0,
+        description="A card whose energy counter (queries.gpu_energy) did not grow over this window is "
+        "frozen; none = 4 scrape intervals, at least 2 of dcgm-exporter's default 30 s collect intervals. "
+        "Must span at least 2 scrape intervals and, with dcgm-exporter, 2 of its `--collect-interval`s.",
+    )
     queries: PromQueries = PromQueries()
+
+    @model_validator(mode="after")
+    def _frozen_window_spans_two_scrapes(self) -> MetricsSettings:
+        if self.frozen_after_s is not None and self.frozen_after_s < 2 * self.scrape_interval_s:
+            raise ValueError(
+                f"metrics.frozen_after_s ({self.frozen_after_s:g}) must be at least 2 scrape intervals "
+                f"({2 * self.scrape_interval_s:g} s): a window with one sample cannot show growth"
+            )
+        return self
 
     @property
     def staleness_s(self) -> float:
         """The age beyond which a sample is stale."""
         return self.stale_after_s if self.stale_after_s is not None else 3 * self.scrape_interval_s
+
+    @property
+    def frozen_window_s(self) -> float:
+        """The window over which a powered card's energy counter must grow."""
+        if self.frozen_after_s is not None:
+            return self.frozen_after_s
+        return max(4 * self.scrape_interval_s, 2 * DCGM_COLLECT_INTERVAL_S)
 
 
 class Cluster(_Strict):
@@ -145,6 +194,12 @@ class Cluster(_Strict):
         pattern=r"^1\.[0-9]+$",
         description="Kubernetes minor version whose schemas every manifest is validated against before "
         "it is submitted (kubernetes-validate), e.g. 1.30.",
+    )
+    log_tail_lines: int = Field(
+        50, ge=0, description="Lines of a failed job's pod log kept with its end in the job store (0: none)."
+    )
+    log_tail_bytes: int = Field(
+        8192, ge=0, description="At most this many bytes of those lines are kept (the last, whole lines)."
     )
     prometheus_url: str | None = Field(None, description="Prometheus base URL with DCGM metrics.")
     registry: str | None = Field(None, description="OCI registry host:port images are copied to.")

@@ -2,8 +2,8 @@
 
 Implemented by the Prometheus collector (DCGM and node-exporter series) and by the simulated
 clusters. A cluster whose metrics are `unknown` (Prometheus unreachable) is scheduled on inventory
-alone, and the scheduler says so; `degraded` means some series are missing or stale, and only the
-readings that are fresh are used.
+alone, and the scheduler says so; `degraded` means some series are missing, stale or frozen, and only
+the readings that are fresh are used (a frozen card has none: it is scheduled on inventory alone).
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, Protocol
 
-SeriesState = Literal["ok", "missing", "stale", "unreachable"]
-"""One required series of one cluster: present and fresh, absent, older than allowed, or no answer."""
+SeriesState = Literal["ok", "missing", "stale", "frozen", "unreachable"]
+"""One required series of one cluster: present and fresh; absent; older than allowed; fresh samples of
+values that stopped changing on some card (its energy counter does not grow); or no answer."""
 
 ClusterHealth = Literal["ok", "degraded", "unknown"]
-"""A cluster's metrics as a whole: every series ok; some missing or stale; none readable."""
+"""A cluster's metrics as a whole: every series ok; some missing, stale or frozen; none readable."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,9 @@ class ClusterMetrics:
     health: ClusterHealth
     series: tuple[SeriesHealth, ...] = ()
     nodes: Mapping[str, NodeReading] = field(default_factory=_empty)
-    """node name -> reading (fresh readings only)."""
+    """node name -> reading (fresh readings only; frozen cards left out)."""
+    frozen: tuple[tuple[str, int], ...] = ()
+    """(node, card index) of the cards whose values stopped changing: scheduled on inventory alone."""
     detail: str = ""
     """Why the health is not ok, in words."""
 

@@ -10,6 +10,11 @@ unless set):
 - stale: some target's newest sample is older (a hung exporter serving old samples);
 - missing: no sample at all (never scraped, or the target went down: Prometheus then marks its series
   stale and they vanish from instant queries);
+- frozen: fresh samples, but some card's values stopped changing. An exporter that hangs and keeps
+  serving its last values gets a fresh timestamp at every scrape, so sample times never show it; a
+  counter that grows on every powered GPU does (`queries.gpu_energy`: DCGM's energy since boot). A card
+  whose counter did not grow over `frozen_after_s` (several scrape intervals) is frozen: its GPU series
+  are marked so, its card readings are dropped and the card is scheduled on inventory alone;
 - unreachable: Prometheus did not answer.
 
 Only readings whose series are ok reach the snapshot; a cluster with some series not ok is `degraded`,
@@ -24,14 +29,14 @@ This is the only module that imports prometheus_api_client.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from config.settings import Cluster, PromQueries
+from config.settings import WINDOW, Cluster, PromQueries
 from cpn.adapters.metrics import (
     ClusterHealth,
     ClusterMetrics,
@@ -90,6 +95,34 @@ def series_state(
     return ("stale" if age > stale_after_s else "ok"), age
 
 
+def promql_duration(seconds: float) -> str:
+    """`seconds` as a PromQL duration (whole milliseconds, at least 1)."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def frozen_cards(growth: Sequence[Sample]) -> tuple[tuple[str, int], ...]:
+    """(node, card) of every card whose energy counter did not grow, from the `gpu_energy` query's samples
+    (one per card: the counter's increase over the window), sorted.
+
+    A card with fewer than two samples in the window gets no sample from PromQL's `increase` and is not
+    judged (a Prometheus or an exporter that just started); a counter reset (a reboot) is growth.
+    Samples without `Hostname` and `gpu` labels are ignored.
+    """
+    cards = set()
+    for sample in growth:
+        node, gpu = sample.labels.get(NODE_LABEL), sample.labels.get(GPU_LABEL)
+        if node is not None and gpu is not None and gpu.isdigit() and not sample.value > 0:
+            cards.add((node, int(gpu)))
+    return tuple(sorted(cards))
+
+
+def _cards_text(cards: Sequence[tuple[str, int]]) -> str:
+    by_node: dict[str, list[int]] = {}
+    for node, card in cards:
+        by_node.setdefault(node, []).append(card)
+    return ", ".join(f"{node} card {'/'.join(map(str, idx))}" for node, idx in by_node.items())
+
+
 def cluster_health(series: Iterable[SeriesHealth]) -> ClusterHealth:
     """ok when every series is ok; unknown when none could be read; degraded otherwise."""
     states = [s.state for s in series]
@@ -98,11 +131,14 @@ def cluster_health(series: Iterable[SeriesHealth]) -> ClusterHealth:
     return "ok" if all(s == "ok" for s in states) else "degraded"
 
 
-def join_readings(readings: Mapping[str, Sequence[Sample]]) -> dict[str, NodeReading]:
+def join_readings(
+    readings: Mapping[str, Sequence[Sample]], frozen: Collection[tuple[str, int]] = ()
+) -> dict[str, NodeReading]:
     """Node name -> its reading, from the samples of the usable readings (reading name -> samples).
 
     Card readings are joined by (`Hostname`, `gpu`), node readings by `nodename`; samples without those
-    labels are ignored. Values are converted to cpn's units (0..1, GB, cores).
+    labels, and those of `frozen` (node, card) pairs, are ignored. Values are converted to cpn's units
+    (0..1, GB, cores).
     """
     cards: dict[str, dict[int, dict[str, float]]] = {}
     hosts: dict[str, dict[str, float]] = {}
@@ -111,7 +147,7 @@ def join_readings(readings: Mapping[str, Sequence[Sample]]) -> dict[str, NodeRea
         for sample in samples:
             if reading in GPU_READINGS:
                 node, gpu = sample.labels.get(NODE_LABEL), sample.labels.get(GPU_LABEL)
-                if node is None or gpu is None or not gpu.isdigit():
+                if node is None or gpu is None or not gpu.isdigit() or (node, int(gpu)) in frozen:
                     continue
                 cards.setdefault(node, {}).setdefault(int(gpu), {})[reading] = sample.value * scale
             elif (node := sample.labels.get(NODENAME_LABEL)) is not None:
@@ -184,46 +220,60 @@ class PrometheusMetrics:
         return samples, evaluated
 
     def read(self, cluster: Cluster) -> ClusterMetrics:
-        """One cluster's metrics: series health and the readings whose series are ok."""
+        """One cluster's metrics: series health; the readings of ok series, frozen cards left out."""
         now = self.clock()
         settings = cluster.metrics
         series = required_series(settings.queries)
+        energy = settings.queries.gpu_energy
+        names = list(dict.fromkeys([*series, *([energy.series] if energy is not None else [])]))
         if cluster.prometheus_url is None:
             return ClusterMetrics(
                 cluster=cluster.name,
                 time=now,
                 health="unknown",
-                series=tuple(SeriesHealth(name, "unreachable") for name in series),
+                series=tuple(SeriesHealth(name, "unreachable") for name in names),
                 detail="no prometheus_url configured: scheduled on inventory alone",
             )
         try:
-            health = []
-            for name in series:
+            health = {}
+            for name in names:
                 stamps, evaluated = self._query(cluster, f"timestamp({name})")
                 state, age = series_state([s.value for s in stamps], evaluated or now, settings.staleness_s)
-                health.append(SeriesHealth(name, state, age))
-            usable = [
-                r for name, h in zip(series, health, strict=True) if h.state == "ok" for r in series[name]
-            ]
+                health[name] = SeriesHealth(name, state, age)
+            usable = [r for name, rs in series.items() if health[name].state == "ok" for r in rs]
             readings = {r: self._query(cluster, getattr(settings.queries, r).query)[0] for r in usable}
+            frozen: tuple[tuple[str, int], ...] = ()
+            if energy is not None and health[energy.series].state == "ok":
+                window = promql_duration(settings.frozen_window_s)
+                frozen = frozen_cards(self._query(cluster, energy.query.replace(WINDOW, window))[0])
         except Unreachable as exc:
             return ClusterMetrics(
                 cluster=cluster.name,
                 time=now,
                 health="unknown",
-                series=tuple(SeriesHealth(name, "unreachable") for name in series),
+                series=tuple(SeriesHealth(name, "unreachable") for name in names),
                 detail=f"Prometheus unreachable ({exc}): scheduled on inventory alone",
             )
-        state = cluster_health(health)
-        bad = [f"{h.name} {h.state}" for h in health if h.state != "ok"]
-        detail = (
-            "" if not bad else f"{', '.join(bad)} (limit {settings.staleness_s:g} s): those readings unused"
-        )
+        bad = [f"{h.name} {h.state}" for h in health.values() if h.state != "ok"]
+        details = []
+        if bad:
+            details.append(f"{', '.join(bad)} (limit {settings.staleness_s:g} s): those readings unused")
+        if frozen and energy is not None:
+            gpu_series = {energy.series} | {n for n, rs in series.items() if set(rs) & set(GPU_READINGS)}
+            health = {
+                n: replace(h, state="frozen") if n in gpu_series and h.state == "ok" else h
+                for n, h in health.items()
+            }
+            details.append(
+                f"frozen: {energy.series} did not grow in {settings.frozen_window_s:g} s on "
+                f"{_cards_text(frozen)}: those cards scheduled on inventory alone"
+            )
         return ClusterMetrics(
             cluster=cluster.name,
             time=now,
-            health=state,
-            series=tuple(health),
-            nodes=join_readings(readings),
-            detail=detail,
+            health=cluster_health(health.values()),
+            series=tuple(health.values()),
+            nodes=join_readings(readings, frozen),
+            detail="; ".join(details),
+            frozen=frozen,
         )

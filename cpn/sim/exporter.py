@@ -4,8 +4,10 @@ The series and label names are the real exporters' (dcgm-exporter's default coun
 data/dcgm/default-counters.csv, and the help texts come from there), so the Prometheus collector
 (cpn.adapters.prometheus) reads a simulated cluster exactly as it reads a real one:
 
-- `/metrics`: DCGM_FI_DEV_GPU_UTIL (%), DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE (MiB) for every card,
-  labelled `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`, `DCGM_FI_DRIVER_VERSION`;
+- `/metrics`: DCGM_FI_DEV_GPU_UTIL (%), DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE (MiB) and
+  DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ since the exporter started, growing with wall time at a power
+  between idle and busy as the card is used) for every card, labelled `gpu`, `UUID`, `pci_bus_id`,
+  `device`, `modelName`, `Hostname`, `DCGM_FI_DRIVER_VERSION`;
 - `/node/<node>/metrics`: one node-exporter per node: `node_cpu_seconds_total{cpu,mode}` (counters that
   grow with wall time as the node's cores are busy), `node_memory_MemTotal_bytes`,
   `node_memory_MemAvailable_bytes` and `node_uname_info{nodename,...}`.
@@ -37,8 +39,14 @@ from cpn.sim.gateway import SimulatedGateway
 DCGM_COUNTERS = DATA_DIR / "dcgm" / "default-counters.csv"
 """dcgm-exporter's default counter list: the names exported here must be in it."""
 
-EXPORTED_DCGM = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE")
+DCGM_GAUGES = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE")
+DCGM_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+EXPORTED_DCGM = (*DCGM_GAUGES, DCGM_ENERGY)
 """The DCGM fields the simulator publishes."""
+
+IDLE_W, BUSY_W = 50.0, 250.0
+"""A card's power idle and fully busy (a V100 PCIe draws about these); the energy counter grows at
+`IDLE_W + utilisation * (BUSY_W - IDLE_W)`. Only its growth matters: a powered card's counter grows."""
 
 DRIVER_VERSION = "535.183.01"
 """Value of the DCGM_FI_DRIVER_VERSION label (any driver; the collector does not read it)."""
@@ -71,6 +79,8 @@ class _NodeLoad:
     foreign_cpu: float = 0.0
     cpu_seconds: list[list[float]] = field(default_factory=list)
     """Per core: [idle, user] seconds so far."""
+    energy_mj: list[float] = field(default_factory=list)
+    """Per card: millijoules used so far."""
 
     def card(self, i: int) -> tuple[float, float]:
         util, gb = self.cards.get(i, (0.0, 0.0))
@@ -111,6 +121,7 @@ class SimExporter:
         self._loads = {n.name: _NodeLoad(n, memory.get(n.name, 64.0)) for n in nodes}
         for load in self._loads.values():
             load.cpu_seconds = [[0.0, 0.0] for _ in range(math.ceil(load.node.cpu_cores))]
+            load.energy_mj = [0.0] * load.node.gpu_count
         self._clock = clock
         self.timestamps = timestamps
         self._lock = threading.Lock()
@@ -165,7 +176,7 @@ class SimExporter:
         return self._loads[node]
 
     def _tick(self) -> None:
-        """Grow the CPU counters by the wall time since the last tick at the load of that time."""
+        """Grow the CPU and energy counters by the wall time since the last tick at the load of that time."""
         now = time.monotonic()
         dt, self._last = now - self._last, now
         if self._frozen_at is not None:
@@ -176,6 +187,9 @@ class SimExporter:
                 frac = min(1.0, max(0.0, busy - i))
                 seconds[0] += dt * (1 - frac)
                 seconds[1] += dt * frac
+            for i in range(load.node.gpu_count):
+                util, _ = load.card(i)
+                load.energy_mj[i] += dt * (IDLE_W + util * (BUSY_W - IDLE_W)) * 1000
 
     # -- series -------------------------------------------------------------------------------------
 
@@ -187,8 +201,10 @@ class SimExporter:
     def _dcgm(self) -> Iterator[Metric]:
         ts = self._stamp()
         families = {
-            name: GaugeMetricFamily(name, self._help[name], labels=_DCGM_LABELS) for name in EXPORTED_DCGM
+            name: GaugeMetricFamily(name, self._help[name], labels=_DCGM_LABELS) for name in DCGM_GAUGES
         }
+        # Untyped, under its own name: prometheus_client would write a counter as `<name>_total`.
+        energy = Metric(DCGM_ENERGY, self._help[DCGM_ENERGY], "unknown")
         for load in self._loads.values():
             node = load.node
             for i in range(node.gpu_count):
@@ -207,7 +223,11 @@ class SimExporter:
                 families["DCGM_FI_DEV_GPU_UTIL"].add_metric(labels, round(util * 100), timestamp=ts)
                 families["DCGM_FI_DEV_FB_USED"].add_metric(labels, used_mib, timestamp=ts)
                 families["DCGM_FI_DEV_FB_FREE"].add_metric(labels, total_mib - used_mib, timestamp=ts)
+                energy.add_sample(
+                    DCGM_ENERGY, dict(zip(_DCGM_LABELS, labels, strict=True)), load.energy_mj[i], ts
+                )
         yield from families.values()
+        yield energy
 
     def _node(self, load: _NodeLoad) -> Iterator[Metric]:
         ts = self._stamp()
