@@ -295,7 +295,7 @@ class MemoryModel:
     def estimate(
         self, model: str, batch_size: int | None, num_gpus: int | None = None, precision: str = "fp32"
     ) -> MemoryEstimate | None:
-        """GPU memory per card and its source (MEMORY_SOURCES): measured peaks first (fp32), then the
+        """GPU memory per card and its source (MEMORY_SOURCES): measured peaks of the workload first, then the
         table's law, then the table's bound; None without evidence. The GPU type does not enter."""
         workload = workload_key(model, precision)
         law = self._laws.get(workload)
