@@ -53,7 +53,7 @@ def estimate_source(
 
         log.info("training the predictor on the throughput table ...")
         catalog = BenchmarkCatalog.load(benchmarks) if benchmarks else BenchmarkCatalog.load()
-        return fit_predictor(training_rows(table), catalog)
+        return fit_predictor(training_rows(table), catalog, memory_rows=table.rows)
     if spec == "champion":
         from config.tracking import DEFAULT_TRACKING_URI
         from models.registry import champion_loader
