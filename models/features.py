@@ -25,9 +25,12 @@ space over (model, batch) x (GPU type, GPU count), so a missing cell is estimate
 measured cells around it: "rectangles" y(m,b,g',n') + y(m,b',g,n) - y(m,b',g',n') over
 the same model's other batch sizes b' (weighted by exp(-|log b'/b| - |log2 n'/n|)), the
 same configuration on another GPU type shifted by the model's own ratio between the two
-GPU types (or, failing that, other models' ratio), and so on. Each is an estimate of log
-steps/s; their combination is the *local prior* (NaN where no neighbour exists: a GPU
-type or model never measured, where the analytical prior above is all there is). Every
+GPU types (or, failing that, other models' ratio), the count scaling of the model's other
+precisions on the same GPU type, and so on. Each is an estimate of log steps/s; their
+combination is the *local prior* (NaN where no neighbour exists: a GPU type or model never
+measured, where the analytical prior above is all there is): a weighted mean of the
+neighbour estimates and the physical prior, each weighted by 1 / its squared typical error
+on the training rows (`FeatureBuilder.local_weights`). Every
 neighbour feature of a query leaves out the query's own configuration, for training
 rows too: a row's own measurement never enters its features, so a model trained on
 them sees what it will see for a configuration it has not measured.
@@ -57,6 +60,7 @@ NEIGHBOUR_FEATURES = (
     "nb_gpu",
     "nb_other_models",
     "nb_speed",
+    "nb_rect_precision",
 )
 """Neighbour estimates of log steps/s (see module docstring), in `Features.neighbours` column order:
 rectangles over another batch size of the model with the same GPU type (other count), the same count
@@ -64,7 +68,9 @@ rectangles over another batch size of the model with the same GPU type (other co
 model's references; the same batch and GPU type at other counts, shifted by log count ratio; the same
 batch and count on other GPU types, shifted by the model's own ratio between them; the same, shifted by
 other models' ratio at that count; the same configuration on the GPU types just slower and just faster
-than the query's (by benchmark speed), interpolated log-log at the query's speed (never extrapolated)."""
+than the query's (by benchmark speed), interpolated log-log at the query's speed (never extrapolated);
+rectangles over the model's other precisions on the same GPU type (their count scaling to the query's
+count, from a count the query's configuration was measured at: the same machine, the same model)."""
 
 EXTRAPOLATION_KINDS = ("seen", "batch", "count", "gpu", "model")
 """How far a query is from what the predictor trained on: its configuration was measured (`seen`); its
@@ -76,8 +82,16 @@ NEIGHBOUR_CACHE = 100_000
 """Neighbour estimates kept per builder: every measured configuration's, and up to this many queries'
 (the scheduler asks about the same queued jobs every round)."""
 
-LOCAL_KINDS = ("none", "other_models", "speed_line", "same_model_line", "rectangle")
-"""What the local prior was built from (`Features.local_kind` indexes this)."""
+LOCAL_KINDS = ("none", "count_line", "other_models", "speed_line", "same_model_line", "rectangle")
+"""The closest neighbour family a query has (`Features.local_kind` indexes this; see
+`FeatureBuilder.local_kind_of`)."""
+
+LOCAL_WEIGHT_MIN_ROWS = 5
+"""An estimate (neighbour family or physical prior) with fewer training rows than this gets no weight in
+the local prior: its typical error cannot be told."""
+MIN_TYPICAL_ERROR = 1e-6
+"""Floor of an estimate's typical error (log units) when weighting it, so an exact family gets a finite
+weight."""
 
 
 class PredictorInputError(ValueError):
@@ -168,7 +182,8 @@ class Features:
     neighbours: np.ndarray
     """Shape (n, len(NEIGHBOUR_FEATURES)): neighbour estimates of log steps/s, NaN where none exists."""
     local_prior: np.ndarray
-    """Combination of the neighbour estimates (see `FeatureBuilder.local_prior_of`); NaN where none."""
+    """Weighted mean of the neighbour estimates and the prior (see `FeatureBuilder.local_prior`); NaN
+    where no neighbour estimate exists."""
     local_kind: np.ndarray
     """Index into LOCAL_KINDS of what the local prior came from (0: none)."""
 
@@ -194,11 +209,17 @@ class FeatureBuilder:
         self._batches: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._fixed_batch: set[str] = set()
         self._default_ref = 0.0
-        self._measured_nb: dict[tuple[str, int | None, str, int], tuple[list[float], float, int]] = {}
+        self._measured_nb: dict[tuple[str, int | None, str, int], tuple[list[float], int]] = {}
         """Neighbour estimates of each measured configuration (they leave that configuration out, so a
         query for it gets the same as its training rows) and of queries asked before: computed once."""
         self.unseen_spread = 0.0
         """Spread of the model references (log space): how wrong the median is for a model never seen."""
+        self.local_weights: np.ndarray | None = None
+        """Weight of each neighbour family (NEIGHBOUR_FEATURES order) and, last, of the physical prior in
+        the local prior: 1 / (typical |error| on the training rows)^2, the typical error being the
+        median absolute error x 1.4826 (the standard deviation of a normal error, robust to the odd
+        irregular measurement); 0 where fewer than LOCAL_WEIGHT_MIN_ROWS rows have the estimate. None
+        before fit: no local prior."""
 
     def __setstate__(self, state: dict) -> None:
         # Builders pickled before neighbour features existed load with no measurements (global model only).
@@ -208,6 +229,12 @@ class FeatureBuilder:
         state.setdefault("_gpus", ())
         state.setdefault("_ref_parts", {})
         state.setdefault("_ref_parts_total", {})
+        state.setdefault("_siblings", {})
+        if "local_weights" not in state:
+            # Pickled before the weighted local prior: its local model was trained on other columns, so
+            # the global model answers every query (no local prior), and cached neighbours are recomputed.
+            state["local_weights"] = None
+            state["_measured_nb"] = {}
         state.setdefault("_measured_nb", {})
         self.__dict__.update(state)
 
@@ -231,7 +258,8 @@ class FeatureBuilder:
         ]
 
     def fit(self, rows: Sequence[ThroughputRow]) -> FeatureBuilder:
-        """Learn model references from rows with steps_per_sec > 0; returns self."""
+        """Learn model references, the neighbour index and the local-prior weights from rows with
+        steps_per_sec > 0; returns self."""
         if not rows:
             raise PredictorInputError("no training rows")
         sums: dict[tuple[str, int | None], list[float]] = defaultdict(list)
@@ -262,7 +290,34 @@ class FeatureBuilder:
         inputs = self._physical_inputs(queries, [self._profile(q.gpu_type) for q in queries])
         log_samples = np.log([r.steps_per_sec for r in rows]) + inputs[1]
         self.physical = PhysicalPrior().fit(*inputs, log_samples)
+        self.local_weights = None
+        feats = self.transform(queries)
+        estimates = np.hstack([feats.neighbours, feats.prior[:, None]])
+        self.local_weights = self.weights_of(estimates, np.log([r.steps_per_sec for r in rows]))
         return self
+
+    @staticmethod
+    def weights_of(estimates: np.ndarray, log_y: np.ndarray) -> np.ndarray:
+        """Weight of each column of `estimates` (NaN where missing) in the local prior: 1 / its typical
+        error against `log_y` squared (see `local_weights`)."""
+        weights = np.zeros(estimates.shape[1])
+        for j, column in enumerate(estimates.T):
+            have = ~np.isnan(column)
+            if have.sum() >= LOCAL_WEIGHT_MIN_ROWS:
+                typical = 1.4826 * float(np.median(np.abs(column[have] - log_y[have])))
+                weights[j] = 1.0 / max(typical, MIN_TYPICAL_ERROR) ** 2
+        return weights
+
+    def local_prior(self, neighbours: np.ndarray, prior: np.ndarray) -> np.ndarray:
+        """The local prior of each query: the mean of its neighbour estimates and its physical prior,
+        weighted by `local_weights`; NaN where no neighbour estimate exists (or before fit)."""
+        if self.local_weights is None:
+            return np.full(len(prior), np.nan)
+        estimates = np.hstack([neighbours, prior[:, None]])
+        weights = np.where(np.isnan(estimates), 0.0, self.local_weights)
+        total = weights.sum(axis=1)
+        combined = (np.nan_to_num(estimates) * weights).sum(axis=1) / np.where(total > 0, total, 1.0)
+        return np.where((total > 0) & ~np.isnan(neighbours).all(axis=1), combined, np.nan)
 
     @staticmethod
     def _physical_inputs(queries: Sequence[Query], profiles: Sequence[GpuProfile]) -> tuple:
@@ -301,6 +356,11 @@ class FeatureBuilder:
         for k, v in self._measured.items():
             by_model[k[0]].append((k, v))
         self._by_model = dict(by_model)
+        # The same model's workloads at other precisions (`resnet50` for `resnet50@fp16`).
+        family: dict[str, list[str]] = defaultdict(list)
+        for k in self._by_model:
+            family[k.split("@")[0]].append(k)
+        self._siblings = {k: [o for o in family[k.split("@")[0]] if o != k] for k in self._by_model}
         self._gpus = tuple(sorted({k[2] for k in self._measured}))
         # Sum and count of y(m,b,g,n) - y(m,b,g2,n) over configurations measured on both GPU types, in
         # total and per model (so that one model's own configurations can be left out of its estimate).
@@ -349,6 +409,17 @@ class FeatureBuilder:
             f = 0 if g2 == gpu else 1 if n2 == n else 2
             sums[f] += w * (y1 + y2 - v2)
             weights[f] += w
+        # The model's other precisions on the same GPU type: their count scaling n2 -> n carried over to the
+        # query's configuration measured at n2.
+        for sibling in self._siblings.get(key, ()):
+            for (_, b2, g2, n2), v2 in self._by_model[sibling]:
+                if g2 != gpu or n2 == n:
+                    continue
+                y_here, y_there = d.get((key, batch, gpu, n2)), d.get((sibling, b2, gpu, n))
+                if y_here is not None and y_there is not None:
+                    w = math.exp(-abs(math.log2(n2 / n)))
+                    sums[8] += w * (y_here + y_there - v2)
+                    weights[8] += w
         line: dict[float, list[float]] = defaultdict(list)
         for g3 in self._gpus:
             y1 = d.get((key, batch, g3, n)) if g3 != gpu else None
@@ -375,16 +446,15 @@ class FeatureBuilder:
         return [s / w if w else math.nan for s, w in zip(sums, weights, strict=True)]
 
     @staticmethod
-    def local_prior_of(nb: Sequence[float]) -> tuple[float, int]:
-        """(local prior, kind) from neighbour estimates: the mean of the rectangles where any exist,
-        else of the same model's GPU-type and batch lines, else the configuration interpolated between
-        GPU speeds, else the other models' GPU-type ratio, else (NaN, 0). The count line (which assumes
-        linear scaling) is a feature, never the prior."""
-        for kind, cols in ((4, (0, 1, 2)), (3, (5, 3)), (2, (7,)), (1, (6,))):
-            vals = [nb[c] for c in cols if not math.isnan(nb[c])]
-            if vals:
-                return sum(vals) / len(vals), kind
-        return math.nan, 0
+    def local_kind_of(nb: Sequence[float]) -> int:
+        """Index into LOCAL_KINDS of the closest family among neighbour estimates `nb`: a rectangle (over
+        batch sizes or precisions), else the same model's GPU-type or batch line, else the configuration
+        interpolated between GPU speeds, else the other models' GPU-type ratio, else the count line (which
+        assumes linear scaling), else none."""
+        for kind, cols in ((5, (0, 1, 2, 8)), (4, (5, 3)), (3, (7,)), (2, (6,)), (1, (4,))):
+            if any(not math.isnan(nb[c]) for c in cols):
+                return kind
+        return 0
 
     def kinds(self, queries: Sequence[Query]) -> np.ndarray:
         """Index into EXTRAPOLATION_KINDS of each query (see there)."""
@@ -462,10 +532,9 @@ class FeatureBuilder:
         log_speed = np.empty(len(queries))
         seen = np.empty(len(queries), dtype=bool)
         neighbours = np.empty((len(queries), len(NEIGHBOUR_FEATURES)))
-        local_prior = np.empty(len(queries))
         local_kind = np.zeros(len(queries), dtype=np.int64)
         nb_cache = self._measured_nb
-        no_neighbours = ([math.nan] * len(NEIGHBOUR_FEATURES), math.nan, 0)
+        no_neighbours = ([math.nan] * len(NEIGHBOUR_FEATURES), 0)
         column = {m: 3 + n_gpu + i for i, m in enumerate(self.models)}
         gpu_cache: dict[tuple[str, str | None], tuple[GpuProfile, list[float]]] = {}
         profiles = []
@@ -496,12 +565,13 @@ class FeatureBuilder:
             cached_nb = nb_cache.get(nb_key) if with_neighbours else no_neighbours
             if cached_nb is None:
                 nb = self._neighbours(*nb_key)
-                cached_nb = (nb, *self.local_prior_of(nb))
+                cached_nb = (nb, self.local_kind_of(nb))
                 if nb_key in self._measured or len(nb_cache) < NEIGHBOUR_CACHE:
                     nb_cache[nb_key] = cached_nb
-            neighbours[i], local_prior[i], local_kind[i] = cached_nb
+            neighbours[i], local_kind[i] = cached_nb
         inputs = self._physical_inputs(queries, profiles)
         prior = self.physical.predict(*inputs) - inputs[1]
+        local_prior = self.local_prior(neighbours, prior)
         return Features(X, prior, log_speed, seen, neighbours, local_prior, local_kind)
 
     def with_catalog(self, catalog: BenchmarkCatalog) -> FeatureBuilder:

@@ -34,7 +34,10 @@ def test_a_rows_own_value_never_enters_its_features():
     after = FeatureBuilder(catalog()).fit(_replace(rows(), target, 10.0))
     own_before, own_after = before.transform([target]), after.transform([target])
     np.testing.assert_array_equal(own_before.neighbours, own_after.neighbours)
-    np.testing.assert_array_equal(own_before.local_prior, own_after.local_prior)
+    # The local prior also weighs the physical prior, which (like the model references) is fitted on every
+    # training row: on this exact law the exact neighbour families outweigh it by ~1e12, so the row's own
+    # value moves its local prior by no more than rounding.
+    np.testing.assert_allclose(own_before.local_prior, own_after.local_prior, rtol=1e-9)
     # ...while a configuration next to it does see the change (the features are not blind to it).
     near_before, near_after = before.transform([neighbour]), after.transform([neighbour])
     assert not np.allclose(near_before.local_prior, near_after.local_prior)
@@ -95,12 +98,27 @@ def test_features_without_neighbours_are_nan_and_the_rest_unchanged():
 def test_builder_pickled_without_neighbour_index_still_predicts_globally():
     builder = FeatureBuilder(catalog()).fit(rows())
     state = builder.__dict__.copy()
-    for k in ("_measured", "_by_model", "_cell_ratio", "_gpus"):
+    for k in ("_measured", "_by_model", "_cell_ratio", "_gpus", "_measured_nb", "_siblings", "local_weights"):
         del state[k]
     old = FeatureBuilder.__new__(FeatureBuilder)
     old.__setstate__(state)
     feats = pickle.loads(pickle.dumps(old)).transform([Query("LM", 20, "v100", 2)])
     assert not feats.has_local.any()
+
+
+def test_builder_pickled_before_the_weighted_local_prior_answers_globally_and_knows_what_it_measured():
+    """Its local model learnt from other columns: no local prior (the global model answers), while the
+    extrapolation kinds (which set the spread) still come from its measurements."""
+    builder = FeatureBuilder(catalog()).fit(rows())
+    state = builder.__dict__.copy()
+    del state["local_weights"], state["_siblings"]
+    state["_measured_nb"] = {k: (nb, 0.0, kind) for k, (nb, kind) in state["_measured_nb"].items()}
+    old = FeatureBuilder.__new__(FeatureBuilder)
+    old.__setstate__(state)
+    measured = Query("LM", 20, "v100", 2)
+    feats = pickle.loads(pickle.dumps(old)).transform([measured])
+    assert not feats.has_local.any()
+    assert old.kinds([measured]).tolist() == [0]
 
 
 def test_local_forest_answers_measured_neighbourhoods_and_the_global_one_the_rest():
