@@ -312,6 +312,21 @@ class DemoSettings(_Strict):
     arrival_window_s: float = Field(
         0, ge=0, description="Jobs arrive uniformly over this many seconds (0 = all at once)."
     )
+    held_out_model: str = Field(
+        "least-frequent",
+        min_length=1,
+        description="With predictor estimates: the model left out of the starting predictor's training "
+        "data, so that its jobs are estimated `explore` and the demo retrains on their measured runs; a "
+        "model of the queue, or `least-frequent` (the queue's least frequent model).",
+    )
+    stage_rounds_every_s: float = Field(
+        3600,
+        ge=0,
+        description="A scheduling round runs as the schedule-round flow's stage tasks (collect, "
+        "snapshot-and-estimates, optimise, assign, migrate, submit, ...) at most once per this many "
+        "simulated seconds; the replay's rounds in between run the same stages in one call, since a "
+        "Prefect task run per stage of each of hundreds of rounds costs minutes. 0: every round.",
+    )
 
 
 class ConfigError(ValueError):

@@ -1,21 +1,76 @@
-"""The end-to-end demo: generated jobs -> intake -> scheduling rounds on simulated clusters -> report."""
+"""The end-to-end demo: the pipeline's stages on simulated clusters, from intake to retraining.
+
+collect-metrics (the clusters' Prometheus) -> generated manifests through intake -> estimates ->
+scheduling rounds driven by the replay (cpn.engine.replay), each stage of a round a task of the
+schedule-round flow (flows.schedule.run_round: collect, track-completions, snapshot-and-estimates,
+optimise, publish-decisions, assign, migrate, submit, record-waiting) -> completion feedback -> with
+predictor estimates, retrain-predictor on the measured runs -> report.
+"""
 
 from __future__ import annotations
 
+from logging import Logger
 from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from config.runtime import runtime_settings
+from config.benchmarks import BENCHMARKS_YAML
+from config.runtime import runtime_settings, sqlite_uri
 from config.settings import DEMO_DIR
 from cpn.bench.report import format_summary
 from cpn.bootstrap import build_simulation
+from cpn.engine.explore import RuntimeCheck, held_out_model, table_without
+from cpn.engine.replay import arrivals_from_jobs, replay
+from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
+from flows.metrics import collect_metrics
+from flows.schedule import run_round
 from tasks.config import load_settings
 from tasks.intake import accept_manifests, generate_manifests
-from tasks.predictor import collect_completions, estimate_source
-from tasks.report import write_report
-from tasks.simulate import schedule_until_drained
+from tasks.predictor import (
+    check_runtimes,
+    collect_completions,
+    estimate_source,
+    load_champion,
+    retrain_predictor,
+)
+from tasks.report import publish_retraining, write_report
+
+DEMO_ESTIMATORS = ("rf",)
+"""What the demo retrains: the default random forest only, without the cross-validated splits (XGBoost
+and the splits are `cpn predictor train`'s and the retrain deployment's; they would triple the demo)."""
+
+
+class Rounds:
+    """The replay's round: at most once per `every_s` simulated seconds, each stage a task of the
+    schedule-round flow (run_round); in between, the same stages in one call (Scheduler.round)."""
+
+    def __init__(self, scheduler: Scheduler, every_s: float, logger: Logger) -> None:
+        self.scheduler = scheduler
+        self.every_s = every_s
+        self.logger = logger
+        self.as_tasks = 0
+        """Rounds run as stage tasks so far."""
+        self.in_one_call = 0
+        self._next_at = float("-inf")
+
+    def __call__(self) -> None:
+        now = self.scheduler.clock.now()
+        if now >= self._next_at:
+            self._next_at = now + self.every_s
+            self.as_tasks += 1
+            r = run_round(self.scheduler)
+            placed, rejected = r["placed"], r["rejected"]
+            queued = r["pending"] - placed - rejected
+        else:
+            self.in_one_call += 1
+            result = self.scheduler.round()
+            placed = result.placed + result.migrating + result.submit_refused
+            rejected, queued = result.rejected, result.pending_after
+        if placed or rejected:
+            self.logger.info(
+                "t=%8.0fs placed %d, rejected %d, still queued %d", now, placed, rejected, queued
+            )
 
 
 @flow(name="cpn-demo", log_prints=True)
@@ -33,15 +88,20 @@ def demo(
 
     `policy`, `jobs` and `seed` override the profile's policy.yaml and demo.yaml. `estimates` is what
     the policy believes about runtimes: `oracle`, `predictor` or `champion` (tasks.predictor), the
-    champion read from `tracking_uri` (default: this cpn home's MLflow store).
+    champion read from `tracking_uri` (default: this cpn home's MLflow store). With `predictor`, the
+    loop closes: the predictor starts without one model of the queue (demo.yaml `held_out_model`), whose
+    jobs are then estimated `explore`; after the rounds it is retrained on the completed runs (MLflow
+    store `out/mlflow.db`) and the explore jobs' runtime errors before and after are printed.
     """
     logger = get_run_logger()
-    profile = load_settings(config_dir or str(DEMO_DIR))
+    config = config_dir or str(DEMO_DIR)
+    profile = load_settings(config)
     policy_name = policy or profile.policy.name
     n_jobs = profile.demo.jobs if jobs is None else jobs
     run_seed = profile.demo.seed if seed is None else seed
     table = ThroughputTable.load(GAVEL_ISOLATED)
 
+    collect_metrics(config)
     manifests = generate_manifests(profile.clusters, table, n_jobs, run_seed, profile.demo.arrival_window_s)
     accepted = accept_manifests(manifests)
     logger.info("intake accepted %d of %d generated manifests", len(accepted), len(manifests))
@@ -50,15 +110,35 @@ def demo(
     out_dir.mkdir(parents=True, exist_ok=True)
     store_path = out_dir / "jobs.db"
     store_path.unlink(missing_ok=True)
+    unseen = held_out_model(accepted, profile.demo.held_out_model) if estimates == "predictor" else None
+    known = table_without(table, unseen) if unseen else table
+    if unseen:
+        logger.info("the predictor starts without %s: the throughput table less its rows", unseen)
+    estimator = estimate_source(estimates, known, tracking_uri or runtime_settings().mlflow_uri)
     sim = build_simulation(
         profile.clusters,
         store_path,
         policy_name,
         table,
         cpu_threshold=profile.policy.cpu_threshold,
-        estimator=estimate_source(estimates, table, tracking_uri or runtime_settings().mlflow_uri),
+        estimator=estimator,
     )
-    result = schedule_until_drained(sim, accepted)
+    rounds = Rounds(sim.scheduler, profile.demo.stage_rounds_every_s, logger)
+    result = replay(
+        sim.scheduler,
+        sim.simulator,
+        sim.clock,
+        arrivals_from_jobs(accepted),
+        migrator=sim.migrator,
+        run_round=rounds,
+    )
+    logger.info(
+        "%d rounds: %d as stage tasks (at most one per %g simulated s), %d in one call",
+        result.rounds,
+        rounds.as_tasks,
+        profile.demo.stage_rounds_every_s,
+        rounds.in_one_call,
+    )
     if result.stuck:
         logger.warning("%d jobs could never be placed: %s", len(result.stuck), ", ".join(result.stuck[:5]))
 
@@ -70,5 +150,35 @@ def demo(
     title = f"cpn demo: {len(accepted)} jobs, policy {policy_name}, {estimates} estimates, seed {run_seed}"
     summary = write_report(sim, str(out_dir), title)
     print(format_summary(summary, title=title))
+    if unseen:
+        specs = {job.job_id: job for job in accepted}
+        explored = [run for run in measured if run.model == unseen]
+        before = check_runtimes(estimator, explored, specs)
+        uri = sqlite_uri(out_dir / "mlflow.db")
+        retrained = retrain_predictor(measured, known, str(BENCHMARKS_YAML), uri, DEMO_ESTIMATORS, ())
+        publish_retraining(retrained, uri)
+        after = check_runtimes(load_champion(uri), explored, specs)
+        print(explore_report(unseen, before, after, len(measured), uri))
     print(f"wrote {out_dir / 'summary.json'}, {out_dir / 'gantt.png'} and the job store {store_path}")
     return summary
+
+
+def explore_report(
+    model: str, before: list[RuntimeCheck], after: list[RuntimeCheck], runs: int, uri: str
+) -> str:
+    """The loop closing on `model`: each of its completed jobs' runtime error before and after retraining."""
+    if not before:
+        return f"explore: no job of {model} completed, so retraining had nothing of it to learn from"
+    lines = [
+        f"explore: {model} was left out of the starting predictor; retrained on {runs} completed runs "
+        f"({uri}). Its jobs, |predicted - measured| / measured runtime on the GPU type they ran on:",
+    ]
+    for b, a in zip(before, after, strict=True):
+        flag = "flagged explore" if b.explore else "NOT flagged explore"
+        lines.append(
+            f"  {b.job_id}: {flag}, ran on {b.num_gpus} whole {b.gpu_type} card(s) for "
+            f"{b.measured_s:,.0f} s; "
+            f"predicted {b.predicted_s:,.0f} s before ({b.error:.1%}), {a.predicted_s:,.0f} s after "
+            f"retraining ({a.error:.1%}); explore after: {a.explore}"
+        )
+    return "\n".join(lines)

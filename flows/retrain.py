@@ -17,7 +17,7 @@ from prefect import flow, get_run_logger
 from config.benchmarks import BENCHMARKS_YAML
 from config.runtime import runtime_settings
 from config.settings import DEMO_DIR
-from cpn.formats.throughput import GAVEL_ISOLATED
+from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.inventory import nodes_from_config
 from tasks.config import load_settings
 from tasks.predictor import collect_completions, last_predictor_training, retrain_predictor
@@ -68,7 +68,8 @@ def retrain(
         "forced" if force else why,
         len(runs),
     )
-    results = retrain_predictor(runs, throughputs or str(GAVEL_ISOLATED), benchmarks, uri)
+    table = ThroughputTable.load(throughputs or GAVEL_ISOLATED)
+    results = retrain_predictor(runs, table, benchmarks, uri)
     publish_retraining(results, uri)
     for r in results:
         print(f"{r.estimator}: version {r.version}: {r.reason}")

@@ -14,13 +14,16 @@ from typing import TYPE_CHECKING
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from cpn.engine.explore import RuntimeCheck, runtime_checks
 from cpn.engine.feedback import CompletedRun, completed_runs
 from cpn.engine.scheduler import EstimateSource
 from cpn.formats.throughput import ThroughputTable
 from cpn.inventory import Node
+from cpn.jobs import JobSpec
 from cpn.store import JobStore
 
 if TYPE_CHECKING:
+    from models.predictor import Predictor
     from models.registry import LastTraining, RunResult
 
 MODEL_LOGGERS = ("models",)
@@ -67,22 +70,50 @@ def last_predictor_training(tracking_uri: str) -> LastTraining | None:
     return last_training(tracking_uri)
 
 
-@task(cache_policy=NO_CACHE, timeout_seconds=3600)
+@task(name="retrain-predictor", cache_policy=NO_CACHE, timeout_seconds=3600)
 def retrain_predictor(
-    runs: list[CompletedRun], throughputs: str, benchmarks: str, tracking_uri: str
+    runs: list[CompletedRun],
+    table: ThroughputTable,
+    benchmarks: str,
+    tracking_uri: str,
+    estimators: tuple[str, ...] = ("rf", "xgb"),
+    splits: tuple[str, ...] | None = None,
 ) -> list[RunResult]:
-    """Train RF and XGBoost on the table plus completions; the champion rule decides what serves."""
+    """Train `estimators` on the table plus completions; the champion rule decides what serves.
+
+    `splits`: the cross-validated splits logged to MLflow (None: all of models.evaluation.SPLITS).
+    """
     from models.benchmarks import BenchmarkCatalog
     from models.retrain import observations_from_runs, retrain
 
+    options = {} if splits is None else {"splits": splits}
     with predictor_logs_in_prefect():
         return retrain(
             observations_from_runs(runs),
-            ThroughputTable.load(throughputs),
+            table,
             BenchmarkCatalog.load(benchmarks),
             tracking_uri=tracking_uri,
             completions_until=max((r.finished_at for r in runs), default=None),
+            estimators=estimators,
+            **options,
         )
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[2, 10])
+def load_champion(tracking_uri: str) -> Predictor:
+    """The model registered as `champion` in the MLflow store at `tracking_uri`."""
+    from models.registry import load_champion as champion_of
+
+    return champion_of(tracking_uri)
+
+
+@task(cache_policy=NO_CACHE)
+def check_runtimes(
+    source: EstimateSource, runs: list[CompletedRun], jobs: dict[str, JobSpec]
+) -> list[RuntimeCheck]:
+    """What `source` estimates for each completed run next to its measured run time
+    (cpn.engine.explore.runtime_checks)."""
+    return runtime_checks(source, runs, jobs)
 
 
 @task(cache_policy=NO_CACHE)

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cpn.clock import SimClock
-from cpn.engine.scheduler import RoundResult, Scheduler
+from cpn.engine.scheduler import Scheduler
 from cpn.jobs import JobSpec, JobState
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.migrator import SimulatedMigrator
 
 STUCK_REASON = "stuck: no placement possible and nothing left running or arriving"
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -50,13 +53,18 @@ def replay(
     gateway: SimulatedGateway,
     clock: SimClock,
     arrivals: Sequence[Arrival],
-    on_round: Callable[[RoundResult], None] | None = None,
+    on_round: Callable[[R], None] | None = None,
     migrator: SimulatedMigrator | None = None,
+    run_round: Callable[[], R] | None = None,
 ) -> ReplayResult:
     """Run rounds at every arrival, cluster event and finished migration until nothing is left to happen.
 
     A queue that can make no progress (jobs waiting, nothing running, nothing
     arriving) ends the run: those jobs go to schedule-failed with STUCK_REASON.
+
+    `run_round` runs one round on `scheduler` (default: `scheduler.round`, every stage in one call); an
+    orchestrator passes its own to run each stage as a step of its own (the demo flow runs
+    flows.schedule.run_round). `on_round` is handed what each round returned.
     """
     store = scheduler.store
     pending_arrivals = sorted(arrivals, key=lambda a: a.time)
@@ -66,7 +74,7 @@ def replay(
         while next_arrival < len(pending_arrivals) and pending_arrivals[next_arrival].time <= clock.now():
             store.submit(pending_arrivals[next_arrival].jobs)
             next_arrival += 1
-        result = scheduler.round()
+        result = run_round() if run_round is not None else scheduler.round()
         rounds += 1
         if on_round is not None:
             on_round(result)
