@@ -9,6 +9,8 @@ predictor estimates, retrain-predictor on the measured runs -> report.
 
 from __future__ import annotations
 
+import json
+import shutil
 from logging import Logger
 from pathlib import Path
 
@@ -109,7 +111,10 @@ def demo(
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     store_path = out_dir / "jobs.db"
-    store_path.unlink(missing_ok=True)
+    mlflow_db = out_dir / "mlflow.db"
+    for stale in (store_path, mlflow_db, out_dir / "explore.json"):  # each run starts afresh
+        stale.unlink(missing_ok=True)
+    shutil.rmtree(out_dir / "mlruns", ignore_errors=True)
     unseen = held_out_model(accepted, profile.demo.held_out_model) if estimates == "predictor" else None
     known = table_without(table, unseen) if unseen else table
     if unseen:
@@ -154,13 +159,37 @@ def demo(
         specs = {job.job_id: job for job in accepted}
         explored = [run for run in measured if run.model == unseen]
         before = check_runtimes(estimator, explored, specs)
-        uri = sqlite_uri(out_dir / "mlflow.db")
+        uri = sqlite_uri(mlflow_db)
         retrained = retrain_predictor(measured, known, str(BENCHMARKS_YAML), uri, DEMO_ESTIMATORS, ())
         publish_retraining(retrained, uri)
         after = check_runtimes(load_champion(uri), explored, specs)
+        (out_dir / "explore.json").write_text(json.dumps(explore_figures(unseen, before, after), indent=2))
         print(explore_report(unseen, before, after, len(measured), uri))
     print(f"wrote {out_dir / 'summary.json'}, {out_dir / 'gantt.png'} and the job store {store_path}")
     return summary
+
+
+def explore_figures(model: str, before: list[RuntimeCheck], after: list[RuntimeCheck]) -> dict:
+    """explore.json: the held-out model and, per completed job of it, the runtime predicted before and
+    after retraining, the measured one, the relative errors and the explore flags."""
+    return {
+        "model": model,
+        "jobs": [
+            {
+                "job": b.job_id,
+                "gpu_type": b.gpu_type,
+                "gpus": b.num_gpus,
+                "measured_s": b.measured_s,
+                "predicted_before_s": b.predicted_s,
+                "predicted_after_s": a.predicted_s,
+                "error_before": b.error,
+                "error_after": a.error,
+                "explore_before": b.explore,
+                "explore_after": a.explore,
+            }
+            for b, a in zip(before, after, strict=True)
+        ],
+    }
 
 
 def explore_report(
@@ -179,6 +208,7 @@ def explore_report(
             f"  {b.job_id}: {flag}, ran on {b.num_gpus} whole {b.gpu_type} card(s) for "
             f"{b.measured_s:,.0f} s; "
             f"predicted {b.predicted_s:,.0f} s before ({b.error:.1%}), {a.predicted_s:,.0f} s after "
-            f"retraining ({a.error:.1%}); explore after: {a.explore}"
+            f"retraining ({a.error:.1%})"
+            + ("; still unseen: its run fell in the registry's held-out rows" if a.explore else "")
         )
     return "\n".join(lines)
