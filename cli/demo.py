@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("oracle", "predictor", "champion"),
         default="oracle",
         help="runtimes the policy sees: the simulator's truth, a random forest trained now on the "
-        "throughput table, or the MLflow champion (`cpn predictor train` first) (default: %(default)s)",
+        "throughput table less one model of the queue (demo.yaml held_out_model), whose jobs explore "
+        "and which is retrained on the completed runs after the rounds, or the MLflow champion "
+        "(`cpn predictor train` first) (default: %(default)s)",
     )
     p.add_argument(
         "--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow store for --estimates champion"
