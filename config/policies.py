@@ -29,30 +29,31 @@ class SjfSettings(_PolicyBase):
     name: Literal["sjf"] = "sjf"
 
 
-class _RanksGpuTypes(_PolicyBase):
-    """Settings of a policy that chooses among GPU types by predicted runtime."""
-
-    pessimism: float = Field(
-        0.0,
+def _pessimism(default: float) -> Any:
+    """The `pessimism` setting of a policy that chooses among GPU types by predicted runtime."""
+    return Field(
+        default,
         ge=0,
         le=3,
         description="Rank a job's GPU types by its runtime estimate this many stated spreads above it, "
         "runtime x (1 + uncertainty)^pessimism (cpn.policies.placement.pessimistic_runtime): a job is not "
         "sent to a GPU type whose estimate is a guess when a type it is surer of finishes first on that "
-        "reckoning. 0 = the estimate itself (docs/optimiser.md).",
+        "reckoning. 0 = the estimate itself (docs/optimiser.md, with the figures behind each default).",
     )
 
 
-class GreedySettings(_RanksGpuTypes):
+class GreedySettings(_PolicyBase):
     """Earliest predicted finish on what is free now (jobs by priority, then arrival)."""
 
     name: Literal["greedy"] = "greedy"
+    pessimism: float = _pessimism(1.0)
 
 
-class MilpSettings(_RanksGpuTypes):
+class MilpSettings(_PolicyBase):
     """The queue optimiser (docs/optimiser.md): a MILP over GPU groups and time buckets."""
 
     name: Literal["milp"] = "milp"
+    pessimism: float = _pessimism(0.0)
     solver: Literal["highs", "cbc"] = Field(
         "highs", description="MILP solver: HiGHS (highspy) or CBC (bundled with PuLP)."
     )

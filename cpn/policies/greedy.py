@@ -6,7 +6,7 @@ that minimises its predicted finish, `now + transfer_s[job][cluster] + runtime_s
 transfer where the job already is), ties to the earlier option (own pool before hybrid, then inventory
 order). Only what is free now counts: a job never waits for a faster type that is busy, and one that
 cannot start now is skipped, not waited for. GPU types without an estimate for the job are unusable for
-it. With `pessimism` (GreedySettings) > 0, runtimes are each estimate's upper quantile
+it. With `pessimism` (GreedySettings, default 1) > 0, runtimes are each estimate's upper quantile
 (`placement.pessimistic_runtime`): a job is not sent to a type whose estimate is a guess when one it is
 surer of finishes first on that reckoning. Memory-aware, as `fifo` is. A job with no estimate for any
 GPU type (asked while anything is free), or that no node could ever take, is rejected with the reason;

@@ -74,3 +74,8 @@ def test_the_pessimistic_runtime_is_the_estimate_so_many_spreads_up():
 def test_a_negative_pessimism_is_refused_naming_the_key():
     with pytest.raises(PolicySettingsError, match="pessimism"):
         make_policy("greedy", pessimism="-1")
+
+
+def test_greedy_reads_the_spread_by_default_and_milp_only_when_asked():
+    assert cluster_of(make_policy("greedy"), GUESS_ON_SLOW_CARD) == "fast"
+    assert cluster_of(make_policy("milp"), GUESS_ON_SLOW_CARD) == "slow"
