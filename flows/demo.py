@@ -39,8 +39,8 @@ from tasks.predictor import (
 from tasks.report import publish_retraining, write_report
 
 DEMO_ESTIMATORS = ("rf",)
-"""What the demo retrains: the default random forest only, without the cross-validated splits (XGBoost
-and the splits are `cpn predictor train`'s and the retrain deployment's; they would triple the demo)."""
+"""What the demo retrains: the default random forest only, and no cross-validated splits logged. XGBoost and
+the splits (what the retrain deployment logs) would each add several more fits to the demo."""
 
 
 class Rounds:
@@ -54,6 +54,7 @@ class Rounds:
         self.as_tasks = 0
         """Rounds run as stage tasks so far."""
         self.in_one_call = 0
+        """Rounds run by Scheduler.round so far."""
         self._next_at = float("-inf")
 
     def __call__(self) -> None:
