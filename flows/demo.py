@@ -1,6 +1,7 @@
 """The end-to-end demo: the pipeline's stages on simulated clusters, from intake to retraining.
 
-collect-metrics (the clusters' Prometheus) -> generated manifests through intake -> estimates ->
+collect-metrics (the clusters' Prometheus) -> generated manifests through intake -> (predictor estimates:
+ingest-benchmarks, the GPU scores) -> estimates ->
 scheduling rounds driven by the replay (cpn.engine.replay), each stage of a round a task of the
 schedule-round flow (flows.schedule.run_round: collect, track-completions, snapshot-and-estimates,
 optimise, publish-decisions, assign, migrate, submit, record-waiting) -> completion feedback -> with
@@ -25,6 +26,7 @@ from cpn.engine.explore import RuntimeCheck, held_out_model, table_without
 from cpn.engine.replay import arrivals_from_jobs, replay
 from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
+from flows.benchmarks import ingest_benchmarks
 from flows.metrics import collect_metrics
 from flows.schedule import run_round
 from tasks.config import load_settings
@@ -118,9 +120,16 @@ def demo(
     shutil.rmtree(out_dir / "mlruns", ignore_errors=True)
     unseen = held_out_model(accepted, profile.demo.held_out_model) if estimates == "predictor" else None
     known = table_without(table, unseen) if unseen else table
+    benchmarks = str(BENCHMARKS_YAML)
     if unseen:
         logger.info("the predictor starts without %s: the throughput table less its rows", unseen)
-    estimator = estimate_source(estimates, known, tracking_uri or runtime_settings().mlflow_uri)
+        # The predictor's GPU benchmark scores: benchmark job logs put in OUT/benchmark-logs are folded
+        # into OUT/benchmarks.yaml (else the shipped scores serve; the demo's simulated clusters run no
+        # benchmark job, so out of the box there is nothing to ingest).
+        scores = out_dir / "benchmarks.yaml"
+        ingest_benchmarks(logs=str(out_dir / "benchmark-logs"), out=str(scores))
+        benchmarks = str(scores if scores.exists() else BENCHMARKS_YAML)
+    estimator = estimate_source(estimates, known, tracking_uri or runtime_settings().mlflow_uri, benchmarks)
     sim = build_simulation(
         profile.clusters,
         store_path,
@@ -161,7 +170,7 @@ def demo(
         explored = [run for run in measured if run.model == unseen]
         before = check_runtimes(estimator, explored, specs)
         uri = sqlite_uri(mlflow_db)
-        retrained = retrain_predictor(measured, known, str(BENCHMARKS_YAML), uri, DEMO_ESTIMATORS, ())
+        retrained = retrain_predictor(measured, known, benchmarks, uri, DEMO_ESTIMATORS, ())
         publish_retraining(retrained, uri)
         after = check_runtimes(load_champion(uri), explored, specs)
         (out_dir / "explore.json").write_text(json.dumps(explore_figures(unseen, before, after), indent=2))

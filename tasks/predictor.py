@@ -117,10 +117,13 @@ def check_runtimes(
 
 
 @task(cache_policy=NO_CACHE)
-def estimate_source(kind: str, table: ThroughputTable, tracking_uri: str) -> EstimateSource:
+def estimate_source(
+    kind: str, table: ThroughputTable, tracking_uri: str, benchmarks: str | None = None
+) -> EstimateSource:
     """What the policy believes about runtimes, by name (models.sources): `oracle`, `noisy:SIGMA`,
-    `predictor` (trained now on the table) or `champion` (loaded from `tracking_uri` now, so that a
-    missing model fails the run at once, and followed as the alias moves)."""
+    `predictor` (trained now on the table, with the GPU scores of `benchmarks`, default the shipped
+    file) or `champion` (loaded from `tracking_uri` now, so that a missing model fails the run at once,
+    and followed as the alias moves)."""
     from models.sources import estimate_source as source_named
 
-    return source_named(kind, table, tracking_uri=tracking_uri)
+    return source_named(kind, table, tracking_uri=tracking_uri, benchmarks=benchmarks)
