@@ -9,8 +9,8 @@ install:  ## create .venv with the locked dependencies
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check uv
 	$(UV) sync --frozen --quiet
 
-demo: install  ## the end-to-end demo on the built-in simulated clusters
-	$(UV) run --frozen cpn demo --out $(OUT)
+demo: install  ## the end-to-end demo on the built-in simulated clusters, the predictor's loop closed
+	$(UV) run --frozen cpn demo --estimates predictor --out $(OUT)
 
 test: install  ## the whole test suite (unit, contract, integration with real local servers, end-to-end)
 	$(UV) run --frozen pytest -q
