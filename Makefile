@@ -7,7 +7,7 @@ OUT ?= out/demo
 
 install:  ## create .venv with the locked dependencies
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check uv
-	$(UV) sync --frozen --quiet
+	$(UV) sync --frozen --quiet --compile-bytecode
 
 demo: install  ## the end-to-end demo on the built-in simulated clusters, the predictor's loop closed
 	$(UV) run --frozen cpn demo --estimates predictor --out $(OUT)

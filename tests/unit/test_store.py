@@ -230,6 +230,7 @@ def test_concurrent_threads_lose_no_writes(store):
     assert len(store.transitions_all()) == 40 * 3
 
 
+@pytest.mark.integration  # a scale test: 5 s, kept out of the one-minute unit run
 def test_tens_of_thousands_of_jobs(store):
     specs = [spec(f"j{i}", manifest="x" * 500) for i in range(20_000)]
     assert {o.status for o in store.submit(specs)} == {"created"}
