@@ -295,7 +295,9 @@ def targets(report: dict[str, Any], estimator: str = DEFAULT_ESTIMATOR) -> list[
     out = []
     splits = report["splits"]
     if estimator in splits.get("random", {}):
-        out.append(Target("random MAPE", splits["random"][estimator]["mape"], 0.10))
+        # The issue asks <= 8% on Lambda's table and <= 10% on Gavel's; a report does not know which
+        # table it measured, so the stricter target is printed for every one.
+        out.append(Target("random MAPE", splits["random"][estimator]["mape"], 0.08))
     if estimator in splits.get("leave_gpu_out", {}):
         logo = splits["leave_gpu_out"][estimator]
         out.append(Target("leave-one-GPU-type-out MAPE", logo["mape"], 0.12))
