@@ -23,6 +23,7 @@ import logging
 import math
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -147,19 +148,28 @@ def holdout_split(
     rows: Sequence[ThroughputRow], fraction: float = HOLDOUT_FRACTION, seed: int = 0
 ) -> tuple[list[ThroughputRow], list[ThroughputRow]]:
     """(train, held out): a random `fraction` of configurations (scikit-learn's GroupShuffleSplit), every
-    row of one on the same side."""
+    row of one on the same side.
+
+    The configurations of a workload measured in one configuration only are never held out: the
+    registered model trains on the `train` side, and a model (a completed job's, say) that exists only
+    in held-out rows would reach it unseen."""
     keys = {k: i for i, k in enumerate(sorted({config_key(r) for r in rows}, key=repr))}
     n_out = int(round(len(keys) * fraction))
-    if n_out < 1 or n_out >= len(keys):
+    per_workload = Counter(k[0] for k in keys)
+    eligible = [i for i, r in enumerate(rows) if per_workload[config_key(r)[0]] > 1]
+    n_eligible = len({config_key(rows[i]) for i in eligible})
+    if n_out < 1 or n_out >= len(keys) or n_eligible == 0:
         least = next((n for n in range(2, 10_000) if 1 <= round(n * fraction) < n), None)
         raise PredictorInputError(
             f"cannot hold out {fraction:.0%} of {len(keys)} distinct configurations (model, batch size, "
-            f"GPU type, GPU count) and train on the rest; the table needs at least {least}"
+            f"GPU type, GPU count) and train on the rest; the table needs at least {least}, and a model "
+            "measured in two or more configurations"
         )
-    groups = [keys[config_key(r)] for r in rows]
-    splitter = GroupShuffleSplit(n_splits=1, test_size=n_out, random_state=seed)
-    train, held = next(splitter.split(np.zeros((len(rows), 1)), groups=groups))
-    return [rows[i] for i in train], [rows[i] for i in held]
+    groups = [keys[config_key(rows[i])] for i in eligible]
+    splitter = GroupShuffleSplit(n_splits=1, test_size=min(n_out, n_eligible), random_state=seed)
+    _, held = next(splitter.split(np.zeros((len(eligible), 1)), groups=groups))
+    out = {eligible[i] for i in held}
+    return [r for i, r in enumerate(rows) if i not in out], [rows[i] for i in sorted(out)]
 
 
 def _experiment_id(client: MlflowClient, tracking_uri: str, name: str) -> str:

@@ -314,6 +314,17 @@ def test_an_external_row_the_model_cannot_take_is_named_by_file_and_line(tmp_pat
         bench(rows, catalog_of(), ["baseline"], test_rows=training_rows(ThroughputTable.load(test)))
 
 
+def test_holdout_never_takes_a_model_measured_in_one_configuration_only():
+    from cpn.formats.throughput import ThroughputRow
+
+    rows = _synthetic_rows()
+    once = ThroughputRow("NewNet", 16, rows[0].gpu_type, 1, 3.0)  # e.g. one completed job's run
+    for seed in range(25):  # one seed in five would hold it out by chance without the rule
+        train, held = holdout_split([*rows, once, once], seed=seed)
+        assert train.count(once) == 2 and once not in held
+        assert 0.15 < len(held) / (len(rows) + 2) < 0.25
+
+
 def test_holdout_says_how_many_configurations_training_needs():
     rows = _synthetic_rows()[:2]
     with pytest.raises(PredictorInputError, match="2 distinct configurations .* needs at least 3"):
