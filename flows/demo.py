@@ -219,6 +219,6 @@ def explore_report(
             f"{b.measured_s:,.0f} s; "
             f"predicted {b.predicted_s:,.0f} s before ({b.error:.1%}), {a.predicted_s:,.0f} s after "
             f"retraining ({a.error:.1%})"
-            + ("; still unseen: its run fell in the registry's held-out rows" if a.explore else "")
+            + ("; still unseen after retraining" if a.explore else "")
         )
     return "\n".join(lines)
