@@ -10,20 +10,9 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
 from flows.demo import demo
+from tests.e2e.stages import ROUND_STAGES
 
 pytestmark = pytest.mark.e2e
-
-ROUND_STAGES = {
-    "collect",
-    "track-completions",
-    "snapshot-and-estimates",
-    "optimise",
-    "publish-decisions",
-    "assign",
-    "migrate",
-    "submit",
-    "record-waiting",
-}
 
 
 async def graph(flow_run_id) -> tuple[set[str], set[str]]:

@@ -15,20 +15,9 @@ from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.jobs import JobState
 from cpn.store import JobStore
 from flows.schedule import schedule_round
+from tests.e2e.stages import ROUND_STAGES
 
 pytestmark = pytest.mark.e2e
-
-STAGES = {
-    "collect",
-    "track-completions",
-    "snapshot-and-estimates",
-    "optimise",
-    "publish-decisions",
-    "assign",
-    "migrate",
-    "submit",
-    "record-waiting",
-}
 
 
 @pytest.fixture
@@ -85,7 +74,7 @@ def test_a_round_submits_through_every_stage_and_only_to_the_clusters_asked(pref
     assert started and all(r.cluster == "gz-v100" for r in started)
 
     names, _ = asyncio.run(latest_round(state.state_details.flow_run_id))
-    assert STAGES <= names
+    assert ROUND_STAGES <= names
 
     again = schedule_round(policy="greedy", clusters=["gz-v100"])
     # The next run resumes the same store and simulated clusters: what was submitted stays submitted (a
