@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
 
 from cpn.adapters.kubernetes import KubernetesGateway, RetryPolicy
@@ -61,3 +63,20 @@ def server() -> Iterator[FakeApiServer]:
     srv = FakeApiServer().start()
     yield srv
     srv.stop()
+
+
+def write_kubeconfig(path: Path, server_url: str) -> Path:
+    """A kubeconfig at `path` whose context `lab` reaches the fake API server at `server_url`."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "lab", "cluster": {"server": server_url}}],
+                "users": [{"name": "cpn", "user": {"token": "t"}}],
+                "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "cpn"}}],
+                "current-context": "lab",
+            }
+        )
+    )
+    return path

@@ -4,14 +4,13 @@ then a restart that submits nothing twice."""
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from config.settings import REPO_ROOT, ClustersConfig
 from cpn.bootstrap import build_service
 from cpn.formats.throughput import ThroughputTable
 from cpn.intake import parse_manifests
 from cpn.jobs import JobState
-from tests.kubernetes.conftest import DOMAIN, gpu_labels, seed_taints, wait_for
+from tests.kubernetes.conftest import DOMAIN, gpu_labels, seed_taints, wait_for, write_kubeconfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 
@@ -23,19 +22,7 @@ A100 = "NVIDIA-A100-SXM4-80GB"
 def config(server, tmp_path) -> ClustersConfig:
     for name in ("gpu-a", "gpu-b"):
         server.add_node(name, gpu_labels("training", A100, 4, 81920), 4, taints=seed_taints("training", A100))
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "lab", "cluster": {"server": server.url}}],
-                "users": [{"name": "cpn", "user": {"token": "t"}}],
-                "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "cpn"}}],
-                "current-context": "lab",
-            }
-        )
-    )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
     group = {"name": "unused", "gpu_product": A100, "gpus_per_node": 1, "gpu_memory_gb": 80, "cpu_cores": 1}
     return ClustersConfig.model_validate(
         {

@@ -7,7 +7,6 @@ service built by the composition root as `cpn run` builds it.
 from __future__ import annotations
 
 import pytest
-import yaml
 from fastapi.testclient import TestClient
 
 from cli import main
@@ -21,7 +20,14 @@ from cpn.decisions import Placement
 from cpn.formats.throughput import ThroughputTable
 from cpn.intake import parse_manifests
 from cpn.jobs import JobSpec, JobState
-from tests.kubernetes.conftest import DOMAIN, gpu_labels, make_gateway, seed_taints, wait_for
+from tests.kubernetes.conftest import (
+    DOMAIN,
+    gpu_labels,
+    make_gateway,
+    seed_taints,
+    wait_for,
+    write_kubeconfig,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 
@@ -88,19 +94,7 @@ def test_a_failed_end_carries_the_bounded_tail_and_a_success_carries_none(server
 def config(server, tmp_path) -> ClustersConfig:
     for name in ("gpu-a", "gpu-b"):
         server.add_node(name, gpu_labels("training", A100, 4, 81920), 4, taints=seed_taints("training", A100))
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "lab", "cluster": {"server": server.url}}],
-                "users": [{"name": "cpn", "user": {"token": "t"}}],
-                "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "cpn"}}],
-                "current-context": "lab",
-            }
-        )
-    )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
     group = {"name": "unused", "gpu_product": A100, "gpus_per_node": 1, "gpu_memory_gb": 80, "cpu_cores": 1}
     cluster = {
         "name": "lab",

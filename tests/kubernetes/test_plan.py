@@ -13,7 +13,7 @@ import yaml
 from cli import main
 from config.settings import REPO_ROOT, load_profile
 from cpn.inventory import nodes_from_config
-from tests.kubernetes.conftest import DOMAIN, USAGE, gpu_labels, seed_taints
+from tests.kubernetes.conftest import DOMAIN, USAGE, gpu_labels, seed_taints, write_kubeconfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 
@@ -126,19 +126,7 @@ def test_plan_reads_a_real_cluster_through_its_kubeconfig_and_submits_nothing(se
         8,
         taints=seed_taints("training", "NVIDIA-A100-SXM4-80GB"),
     )
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "lab", "cluster": {"server": server.url}}],
-                "users": [{"name": "cpn", "user": {"token": "t"}}],
-                "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "cpn"}}],
-                "current-context": "lab",
-            }
-        )
-    )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
     config = tmp_path / "config"
     config.mkdir()
     (config / "clusters.yaml").write_text(
