@@ -86,7 +86,9 @@ class _SyncedClusters(ClusterSet):
         return super().poll_events()
 
 
-def kubernetes(request) -> Harness:
+def fake_clusters(request, **gateway_kw) -> tuple[dict, dict]:
+    """(servers, gateways) by cluster: a fake API server with NODES per cluster and a Kubernetes gateway
+    on it (`gateway_kw` go to the gateway), all stopped when the test ends."""
     # Imported here: the kubernetes client takes seconds to import, and the unit run never needs it.
     from tests.kubernetes.conftest import gpu_labels, make_gateway
     from tests.kubernetes.fake_apiserver import FakeApiServer
@@ -98,8 +100,13 @@ def kubernetes(request) -> Harness:
         for n in (n for n in NODES if n.cluster == cluster):
             labels = gpu_labels(n.usage, n.gpu_product, n.gpu_count, int(n.gpu_memory_gb * 1024))
             server.add_node(n.name, labels, n.gpu_count, cpu=f"{n.cpu_cores:g}")
-        gateways[cluster] = make_gateway(server, cluster)
+        gateways[cluster] = make_gateway(server, cluster, **gateway_kw)
         request.addfinalizer(gateways[cluster].close)
+    return servers, gateways
+
+
+def kubernetes(request) -> Harness:
+    servers, gateways = fake_clusters(request)
 
     def settle() -> None:
         for server in servers.values():

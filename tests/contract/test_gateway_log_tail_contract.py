@@ -15,7 +15,7 @@ import pytest
 from cpn.adapters.gateway import OOM_REASON, ClusterGateway
 from cpn.decisions import Placement
 from cpn.jobs import JobSpec
-from tests.contract.test_gateway_contract import NODES, _SyncedClusters, job, simulated
+from tests.contract.test_gateway_contract import _SyncedClusters, fake_clusters, job, simulated
 
 LOG = "\n".join(f"step {i}" for i in range(500)) + "\ntorch.OutOfMemoryError: CUDA out of memory."
 LOG_BYTES = 256
@@ -36,18 +36,7 @@ def simulated_kills() -> Harness:
 
 
 def kubernetes_kills(request) -> Harness:
-    from tests.kubernetes.conftest import gpu_labels, make_gateway
-    from tests.kubernetes.fake_apiserver import FakeApiServer
-
-    servers, gateways = {}, {}
-    for cluster in dict.fromkeys(n.cluster for n in NODES):
-        server = servers[cluster] = FakeApiServer().start()
-        request.addfinalizer(server.stop)
-        for n in (n for n in NODES if n.cluster == cluster):
-            labels = gpu_labels(n.usage, n.gpu_product, n.gpu_count, int(n.gpu_memory_gb * 1024))
-            server.add_node(n.name, labels, n.gpu_count, cpu=f"{n.cpu_cores:g}")
-        gateways[cluster] = make_gateway(server, cluster, log_bytes=LOG_BYTES)
-        request.addfinalizer(gateways[cluster].close)
+    servers, gateways = fake_clusters(request, log_bytes=LOG_BYTES)
 
     def kill(job_id: str) -> None:
         servers["east"].finish("default", job_id, outcome="failed", reason=OOM_REASON, log=LOG)
