@@ -351,7 +351,9 @@ class Scheduler:
             return RunningJob(math.inf)
         spec = self._exclusive.get(job_id, record.spec)
         gpu = gpu_of.get((record.cluster or "", record.node or ""))
-        estimate = self.estimator.estimates((spec,), (gpu,)).get(job_id, {}).get(gpu) if gpu else None
+        estimate = self._estimates.get(job_id, {}).get(gpu)  # what the policy placed it by, while cached
+        if estimate is None and gpu:  # pruned since, or started before a restart
+            estimate = self.estimator.estimates((spec,), (gpu,)).get(job_id, {}).get(gpu)
         started = record.updated_at if record.state == JobState.RUNNING else self.clock.now()
         end = started + estimate.runtime_s if estimate is not None else math.inf
         cards = () if is_sharing(spec) else tuple((f"{record.cluster}/{n}", c) for n, c in record.placement)
