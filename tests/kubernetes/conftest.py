@@ -10,6 +10,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from config.settings import ClustersConfig
 from cpn.adapters.kubernetes import KubernetesGateway, RetryPolicy
 from tests.kubernetes.fake_apiserver import FakeApiServer
 
@@ -80,3 +81,29 @@ def write_kubeconfig(path: Path, server_url: str) -> Path:
         )
     )
     return path
+
+
+def lab_config(server: FakeApiServer, tmp_path: Path, **cluster: object) -> ClustersConfig:
+    """Settings of one cluster `lab` reached through a kubeconfig, over two 4-card A100 training nodes
+    added to `server`; `cluster` adds settings of the cluster (e.g. log_tail_lines)."""
+    product = "NVIDIA-A100-SXM4-80GB"
+    for name in ("gpu-a", "gpu-b"):
+        server.add_node(
+            name, gpu_labels("training", product, 4, 81920), 4, taints=seed_taints("training", product)
+        )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
+    group = {
+        "name": "unused",
+        "gpu_product": product,
+        "gpus_per_node": 1,
+        "gpu_memory_gb": 80,
+        "cpu_cores": 1,
+    }
+    lab = {
+        "name": "lab",
+        "kube_context": "lab",
+        "kubeconfig": str(kubeconfig),
+        "node_groups": [group],
+        **cluster,
+    }
+    return ClustersConfig.model_validate({"label_domain": DOMAIN, "clusters": [lab]})

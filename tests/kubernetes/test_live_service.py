@@ -10,28 +10,16 @@ from cpn.bootstrap import build_service
 from cpn.formats.throughput import ThroughputTable
 from cpn.intake import parse_manifests
 from cpn.jobs import JobState
-from tests.kubernetes.conftest import DOMAIN, gpu_labels, seed_taints, wait_for, write_kubeconfig
+from tests.kubernetes.conftest import lab_config, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 
 TENSORFLOW = REPO_ROOT / "examples" / "plan" / "volcano-tensorflow.yaml"
-A100 = "NVIDIA-A100-SXM4-80GB"
 
 
 @pytest.fixture
 def config(server, tmp_path) -> ClustersConfig:
-    for name in ("gpu-a", "gpu-b"):
-        server.add_node(name, gpu_labels("training", A100, 4, 81920), 4, taints=seed_taints("training", A100))
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
-    group = {"name": "unused", "gpu_product": A100, "gpus_per_node": 1, "gpu_memory_gb": 80, "cpu_cores": 1}
-    return ClustersConfig.model_validate(
-        {
-            "label_domain": DOMAIN,
-            "clusters": [
-                {"name": "lab", "kube_context": "lab", "kubeconfig": str(kubeconfig), "node_groups": [group]}
-            ],
-        }
-    )
+    return lab_config(server, tmp_path)
 
 
 def state(service, job_id: str) -> JobState:

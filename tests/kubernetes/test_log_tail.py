@@ -21,12 +21,11 @@ from cpn.formats.throughput import ThroughputTable
 from cpn.intake import parse_manifests
 from cpn.jobs import JobSpec, JobState
 from tests.kubernetes.conftest import (
-    DOMAIN,
     gpu_labels,
+    lab_config,
     make_gateway,
     seed_taints,
     wait_for,
-    write_kubeconfig,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
@@ -92,18 +91,7 @@ def test_a_failed_end_carries_the_bounded_tail_and_a_success_carries_none(server
 
 @pytest.fixture
 def config(server, tmp_path) -> ClustersConfig:
-    for name in ("gpu-a", "gpu-b"):
-        server.add_node(name, gpu_labels("training", A100, 4, 81920), 4, taints=seed_taints("training", A100))
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
-    group = {"name": "unused", "gpu_product": A100, "gpus_per_node": 1, "gpu_memory_gb": 80, "cpu_cores": 1}
-    cluster = {
-        "name": "lab",
-        "kube_context": "lab",
-        "kubeconfig": str(kubeconfig),
-        "log_tail_lines": 20,
-        "node_groups": [group],
-    }
-    return ClustersConfig.model_validate({"label_domain": DOMAIN, "clusters": [cluster]})
+    return lab_config(server, tmp_path, log_tail_lines=20)
 
 
 def run_to_running(config: ClustersConfig, store_path):
