@@ -3,7 +3,7 @@ PYTHON ?= python3
 UV = $(PYTHON) -m uv
 OUT ?= out/demo
 
-.PHONY: install demo test lint
+.PHONY: install system-packages demo test lint
 
 install:  ## create .venv with the locked dependencies
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check uv
@@ -12,7 +12,10 @@ install:  ## create .venv with the locked dependencies
 demo: install  ## the end-to-end demo on the built-in simulated clusters, the predictor's loop closed
 	$(UV) run --frozen cpn demo --estimates predictor --out $(OUT)
 
-test: install  ## the whole test suite (unit, contract, integration with real local servers, end-to-end)
+system-packages:  ## the Debian packages the tests start for real (installed as root; else the command to run)
+	bash scripts/system-packages.sh
+
+test: install system-packages  ## the whole test suite (unit, contract, integration with real local servers, end-to-end)
 	$(UV) run --frozen pytest -q
 
 lint: install  ## ruff and the import-layer contracts
