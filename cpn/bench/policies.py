@@ -16,8 +16,8 @@ from pathlib import Path
 
 from config.policies import POLICY_NAMES, PolicySettings, policy_settings, setting_keys
 from config.settings import DATA_DIR, DEFAULT_CPU_THRESHOLD, ClustersConfig, load_model
-from cpn.bench.recorder import RecordingPolicy, predicted_start_error, solver_summary
-from cpn.bench.report import JobTimeline, busy_of, summarize, timelines
+from cpn.bench.recorder import RecordingPolicy, solver_summary, start_errors
+from cpn.bench.report import JobTimeline, busy_of, copies_per_job, summarize, timelines
 from cpn.bootstrap import build_simulation
 from cpn.engine.estimates import OracleEstimates
 from cpn.engine.replay import arrivals_from_jobs, replay
@@ -146,9 +146,8 @@ def run_policy(
     lines = tuple(timelines(sim.store))
     summary = summarize(lines, busy_of(sim.simulator.executions), sim.total_gpus, sim.migrator.total_s)
     summary["sim_wall_s"] = wall
-    error, covered = predicted_start_error(recorder.first_predicted, lines)
-    summary["predicted_start_median_error"] = error
-    summary["predicted_start_jobs"] = covered
+    summary.update(start_errors(recorder, lines).as_summary())
+    summary.update(copies_per_job(lines))
     summary.update(solver_summary(recorder.solver_rounds))
     sim.store.close()
     return PolicyRun(run_name(settings), summary, lines, tuple(sim.simulator.executions), settings)

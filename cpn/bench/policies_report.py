@@ -27,6 +27,9 @@ COLUMNS = (
     ("gpu_utilization", "GPU util", "{:.3f}"),
     ("transfer_s_total", "transfer h", "{:,.1f}"),
     ("predicted_start_median_error", "start err", "{:.2f}"),
+    ("predicted_start_p90_error", "p90", "{:.2f}"),
+    ("predicted_start_median_error_naive", "naive", "{:.2f}"),
+    ("copies_per_copied_job_mean", "copies/job", "{:.2f}"),
     ("sim_wall_s", "wall s", "{:.1f}"),
 )
 

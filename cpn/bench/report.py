@@ -37,6 +37,8 @@ class JobTimeline:
     reason: str = ""
     oom_kills: int = 0
     """Runs of the job killed for exceeding GPU memory (a killed job may be queued again and succeed)."""
+    copies: tuple[str, ...] = ()
+    """Clusters its image and data were copied to, in order (one `migrating` transition each)."""
 
 
 @dataclass(frozen=True)
@@ -77,9 +79,22 @@ def timelines(store: JobStore) -> list[JobTimeline]:
                 state=record.state,
                 reason=moves[-1].reason,
                 oom_kills=sum(t.reason.startswith(OOM_REASON) for t in moves),
+                copies=tuple(t.cluster or "" for t in moves if t.to_state == JobState.MIGRATING),
             )
         )
     return out
+
+
+def copies_per_job(lines: Sequence[JobTimeline]) -> dict[str, float | int | None]:
+    """How often jobs' images were copied: mean and max copies per job copied at least once, how many
+    jobs were, and how many copies went to a cluster the job's image had been copied to before."""
+    copied = [line.copies for line in lines if line.copies]
+    return {
+        "copied_jobs": len(copied),
+        "copies_per_copied_job_mean": sum(map(len, copied)) / len(copied) if copied else None,
+        "copies_per_copied_job_max": max(map(len, copied), default=None),
+        "copies_to_a_cluster_again": sum(len(c) - len(set(c)) for c in copied),
+    }
 
 
 OUTCOMES = ("succeeded", "failed", "rejected", "stuck", "unfinished")
