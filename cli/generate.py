@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from config.settings import DEMO_DIR, ConfigError, load_profile
-from cpn.formats.generated import generate_manifests
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
+from cpn.sim.generated import generate_manifests
 
 
 def register(sub: argparse._SubParsersAction) -> None:

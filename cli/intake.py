@@ -1,4 +1,5 @@
-"""`cpn submit`, `cpn jobs`, `cpn job` and `cpn serve`: job intake and the job store from the shell.
+"""`cpn submit`, `cpn jobs`, `cpn job` (and `cpn job cancel`) and `cpn serve`: job intake and the job store
+from the shell.
 
 Every command takes `--store PATH`; without it the store is `$CPN_STORE`, else `jobs.db` in
 `$CPN_HOME` (`~/.cpn` by default; config.runtime), the store `cpn run` uses.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import getpass
 import os
 import sys
 from datetime import UTC, datetime
@@ -19,7 +21,7 @@ from pathlib import Path
 from cli.tokens import tokens_file_argument, tokens_path
 from config.runtime import runtime_settings
 from cpn.auth import LOOPBACK_HOSTS, ApiSecurity, Authenticator, TokenFileError
-from cpn.intake import IntakeError, parse_manifests
+from cpn.intake import IntakeError, Reading, read_manifests
 from cpn.jobs import JobSpec, JobState
 from cpn.safe_yaml import DEFAULT_LIMITS
 from cpn.store import JobConflict, JobRecord, JobStore, StoreError, UnknownJob
@@ -69,10 +71,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "job",
         parents=[store],
-        help="show one job and its transition history",
-        description="Show one job's spec, state, placement and every state change it made.",
+        usage="cpn job [--store PATH] [--manifest] ID\n       cpn job [--store PATH] cancel ID",
+        help="show one job and its transition history, or cancel it",
+        description=(
+            "Show one job's spec, state, placement and every state change it made. `cpn job cancel ID` "
+            "cancels it: a queued job leaves the queue at once; one on a cluster is deleted there by the "
+            "scheduler's next round (`cpn run`); a job that has ended is left as it is. Cancelling twice "
+            "is harmless."
+        ),
     )
     p.add_argument("job_id", metavar="ID", help="job id NAMESPACE/NAME (a bare NAME means default/NAME)")
+    p.add_argument("cancel_id", nargs="?", metavar="ID", help=argparse.SUPPRESS)
     p.add_argument("--manifest", action="store_true", help="also print the manifest the job came in")
     p.set_defaults(func=run_job)
 
@@ -176,23 +185,25 @@ def _fail(command: str, message: str, status: int) -> int:
 def run_submit(args: argparse.Namespace) -> int:
     """Parse every file, then queue all their jobs in one transaction; nothing is queued on any error."""
     specs: list[JobSpec] = []
+    readings: list[Reading] = []
     errors: list[str] = []
     defined_in: dict[str, str] = {}
     for name in args.files:
         try:
             text = _read_limited(name, DEFAULT_LIMITS.max_bytes)
-            parsed = parse_manifests(text, "<stdin>" if name == "-" else name)
+            read = read_manifests(text, "<stdin>" if name == "-" else name)
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(f"{name}: cannot read: {exc}")
             continue
         except IntakeError as exc:
             errors.append(str(exc))
             continue
-        for spec in parsed:
+        for spec, reading in read:
             if spec.job_id in defined_in:
                 errors.append(f"{name}: job {spec.job_id} is also defined in {defined_in[spec.job_id]}")
             defined_in.setdefault(spec.job_id, name)
-        specs.extend(parsed)
+            specs.append(spec)
+            readings.append(reading)
     if errors:
         problems = "\n".join(errors)
         return _fail("submit", f"nothing was queued; fix these and resubmit:\n{problems}", _EXIT_INVALID)
@@ -202,10 +213,11 @@ def run_submit(args: argparse.Namespace) -> int:
     except (JobConflict, StoreError) as exc:
         return _fail("submit", str(exc), _EXIT_REFUSED)
     new = 0
-    for spec, outcome in zip(specs, outcomes, strict=True):
+    for spec, reading, outcome in zip(specs, readings, outcomes, strict=True):
         new += outcome.status == "created"
         label = "queued " if outcome.status == "created" else "exists "
         print(f"{label} {spec.job_id}  {spec.kind} {spec.model}, {spec.num_gpus} GPU")
+        print(f"         read: {reading.summary()}")
     print(f"{new} new job(s) queued, {len(specs) - new} already in {store_path(args.store)}")
     return 0
 
@@ -255,10 +267,40 @@ def run_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _full_id(job_id: str) -> str:
+    return job_id if "/" in job_id else f"default/{job_id}"
+
+
+def run_cancel(job_id: str, store_arg: str | None) -> int:
+    """Cancel one job in the store, recorded as cancelled by this shell's user; exit 0 whatever the job's
+    state (cancelling is idempotent: the message says what happened), 1 for an unknown job."""
+    from cpn.api import cancel_answer
+
+    job_id = _full_id(job_id)
+    missing = f"no job {job_id} in {store_path(store_arg)}; list the jobs with `cpn jobs`"
+    if not store_path(store_arg).exists():
+        return _fail("job cancel", missing, _EXIT_REFUSED)
+    try:
+        with _open_store(store_arg) as store:
+            outcome = store.cancel(job_id, f"{getpass.getuser()} (cpn job cancel)")
+    except UnknownJob:
+        return _fail("job cancel", missing, _EXIT_REFUSED)
+    except StoreError as exc:
+        return _fail("job cancel", str(exc), _EXIT_REFUSED)
+    print(f"{job_id}: {cancel_answer(outcome)['message']}")
+    return 0
+
+
 def run_job(args: argparse.Namespace) -> int:
     """Print one job: its spec, state and placement, its transitions, then the pod log tail of each failed
-    run (secret-looking values redacted)."""
-    job_id = args.job_id if "/" in args.job_id else f"default/{args.job_id}"
+    run (secret-looking values redacted). `cpn job cancel ID` cancels the job instead (`run_cancel`)."""
+    if args.cancel_id is not None:
+        if args.job_id != "cancel":
+            return _fail(
+                "job", f"unexpected argument {args.cancel_id!r}; use `cpn job cancel ID`", _EXIT_INVALID
+            )
+        return run_cancel(args.cancel_id, args.store)
+    job_id = _full_id(args.job_id)
     missing = f"no job {job_id} in {store_path(args.store)}; list the jobs with `cpn jobs`"
     if not store_path(args.store).exists():
         return _fail("job", missing, _EXIT_REFUSED)
@@ -336,6 +378,7 @@ def _describe(record: JobRecord) -> str:
         ("gpus", ", ".join(f"{node}:{cards}" for node, cards in record.placement) or "-"),
         ("accepted", _format_time(record.submitted_at)),
         ("updated", _format_time(record.updated_at)),
+        ("read", Reading.of(record.spec).summary()),
     ]
     if record.waiting is not None:
         waiting = record.waiting

@@ -1,7 +1,8 @@
 """`cpn plan`: a dry run on the configured clusters' current inventory, submitting nothing.
 
-For the given manifests, one scheduling decision (the config's policy, oracle estimates from a
-throughput table, transfer times from the WAN links), and for each placed job the objects cpn would
+For the given manifests, one scheduling decision (the config's policy, the registered champion's
+estimates unless `--estimates` says otherwise, transfer times from the WAN links), and for each placed
+job the objects cpn would
 submit, validated as before a real submission, written to `OUTDIR/<cluster>/<namespace>-<name>.yaml`;
 `OUTDIR/plan.json` says per job where it goes (cluster, nodes, GPUs, GPU type, predicted runtime,
 transfer seconds) or why it would wait or is rejected. Clusters with a kube_context are read live
@@ -21,14 +22,14 @@ from pathlib import Path
 
 import yaml
 
+from config.runtime import runtime_settings
 from config.settings import DEMO_DIR, ClustersConfig, ConfigError, load_profile
-from cpn.engine.estimates import OracleEstimates
 from cpn.engine.plan import PlannedJob, plan
-from cpn.engine.transfer import TransferTimes
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.intake import IntakeError, parse_manifests
 from cpn.inventory import NodeState, nodes_from_config
 from cpn.policies import make_policy
+from cpn.transfer import TransferTimes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,12 +48,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="folder to write the plan to")
     p.add_argument("--policy", help="policy name (default: the config's policy.yaml)")
     p.add_argument(
+        "--estimates",
+        default="champion",
+        help="runtime estimates: champion (the registered model, trained on --throughputs first if there "
+        "is none), predictor, or oracle or noisy:SIGMA, simulated clusters only (default: %(default)s)",
+    )
+    p.add_argument(
         "--throughputs",
         default=str(GAVEL_ISOLATED),
-        help="throughput table the runtime estimates come from (default: Gavel's)",
+        help="throughput table the estimates are trained on, or read from (oracle) (default: Gavel's)",
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="manifest file(s)")
     p.set_defaults(func=run_plan)
+
+
+def _progress(message: str) -> None:
+    print(f"cpn plan: {message}", file=sys.stderr, flush=True)
 
 
 def _inventory(config: ClustersConfig) -> tuple[NodeState, ...]:
@@ -73,6 +84,7 @@ def run_plan(args: argparse.Namespace) -> int:
     """Plan the manifests and write what would be submitted; exit 2 on bad input, 1 when a cluster
     cannot be read. The kubernetes client is imported here, not when the command line is built."""
     from cpn.adapters.kubernetes import ApiError, KubernetesBinder, validate_object
+    from models.sources import estimate_source
 
     try:
         profile = load_profile(args.config)
@@ -80,6 +92,13 @@ def run_plan(args: argparse.Namespace) -> int:
         for name in args.files:
             jobs += parse_manifests(Path(name).read_text(), name)
         table = ThroughputTable.load(args.throughputs)
+        source = estimate_source(
+            args.estimates,
+            table,
+            benchmarks=runtime_settings().predictor_benchmarks,
+            clusters=profile.clusters,
+            progress=_progress,
+        )
     except (ConfigError, IntakeError, OSError, ValueError) as exc:
         print(f"cpn plan: {exc}", file=sys.stderr)
         return 2
@@ -101,6 +120,12 @@ def run_plan(args: argparse.Namespace) -> int:
         for c in config.clusters
     }
     gpu_types = tuple(sorted({s.node.gpu_type for s in nodes}))
+    try:
+        # a service runs until deleted: it has no runtime to estimate, and is placed without one
+        estimates = source.estimates(tuple(j for j in jobs if not j.is_service), gpu_types)
+    except ValueError as exc:  # a GPU type or job the predictor cannot estimate
+        print(f"cpn plan: {exc}", file=sys.stderr)
+        return 2
     transfers = TransferTimes(config)
     planned = plan(
         tuple(jobs),
@@ -108,7 +133,7 @@ def run_plan(args: argparse.Namespace) -> int:
         make_policy(args.policy or profile.policy.name),
         binders=binders,
         validate=lambda cluster, obj: validate_object(obj, config.cluster(cluster).kubernetes_version),
-        estimates=OracleEstimates(table).estimates(tuple(jobs), gpu_types),
+        estimates=estimates,
         transfer_s={job.job_id: transfers.row(job, job.source_cluster) for job in jobs},
         cpu_threshold=profile.policy.cpu_threshold,
     )

@@ -269,7 +269,7 @@ def run_train(args: argparse.Namespace) -> int:
     (`cpn.completions_until`), as the retraining flow does, so that the next retraining counts only jobs
     completed after it as new.
     """
-    from models.retrain import observations_from_runs, retrain
+    from models.retrain import retrain
 
     try:
         names = _names(args.estimators)
@@ -279,7 +279,7 @@ def run_train(args: argparse.Namespace) -> int:
         if runs:
             print(f"training on {Path(data).name} plus {len(runs)} completed jobs", file=sys.stderr)
         results = retrain(
-            observations_from_runs(runs),
+            runs,
             rows,
             catalog,
             tracking_uri=args.tracking_uri,

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -15,6 +16,7 @@ from cli.intake import add_security_arguments, security_from_args
 from config.runtime import runtime_settings
 from config.settings import DEMO_DIR, ConfigError, Profile, load_profile
 from cpn.bootstrap import Service, build_service
+from cpn.engine.lease import LeaseLost, lease_ttl
 from cpn.engine.live import LiveLoop
 from cpn.engine.scheduler import RoundResult
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
@@ -35,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Stop with Ctrl-C or SIGTERM: the round in progress finishes first. Starting again on the same "
             "store resumes: queued jobs stay queued, running ones are reconciled, nothing is submitted "
             "twice. The API needs bearer tokens as `cpn serve` does (docs/security.md), or --no-auth on "
-            "loopback."
+            "loopback. One scheduler per store: while another process schedules the store (its lease is "
+            "renewed every round), `cpn run` refuses to start and names it."
         ),
     )
     p.add_argument("--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo)")
@@ -54,8 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", help="policy name (default: the config's policy.yaml)")
     p.add_argument(
         "--estimates",
-        default="oracle",
-        help="runtime estimates: oracle, noisy:SIGMA, predictor or champion (default: %(default)s)",
+        default="champion",
+        help="runtime estimates: champion (the registered model; one is trained on the throughput table "
+        "first if there is none, and the service retrains after every loop.yaml retrain_every_completions "
+        "completed jobs), predictor, or the simulator's oracle or noisy:SIGMA, simulated clusters only "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--throughputs",
@@ -94,8 +100,8 @@ def _on_round(result: RoundResult) -> None:
 
 
 def build(args: argparse.Namespace, profile: Profile) -> Service:
-    """The service `args` and the loaded config folder describe (raises ThroughputFormatError, StoreError,
-    ValueError)."""
+    """The service `args` and the loaded config folder describe, holding the store's scheduler lease (raises
+    ThroughputFormatError, StoreError, StoreLeased naming the process that holds it, ValueError)."""
     from models.sources import estimate_source
 
     table = ThroughputTable.load(args.throughputs)
@@ -106,14 +112,48 @@ def build(args: argparse.Namespace, profile: Profile) -> Service:
         store,
         args.policy or profile.policy.name,
         table,
-        estimator=estimate_source(args.estimates, table),
+        estimator=estimate_source(
+            args.estimates,
+            table,
+            benchmarks=runtime_settings().predictor_benchmarks,
+            clusters=profile.clusters,
+        ),
         cpu_threshold=profile.policy.cpu_threshold,
         time_scale=args.time_scale,
+        purpose="cpn run",
+        lease_ttl_s=lease_ttl(_interval(args, profile)),
     )
 
 
+def after_each_round(
+    args: argparse.Namespace, profile: Profile, service: Service
+) -> Callable[[RoundResult], None]:
+    """What the loop does after each round: log it and, with champion estimates, count the completions
+    towards the service's own retraining (models.learning)."""
+    from models.learning import service_retraining
+
+    every = profile.loop.retrain_every_completions
+    retraining = service_retraining(service.scheduler, args.estimates, args.throughputs, every)
+    if retraining is None:
+        return _on_round
+
+    def after(result: RoundResult) -> None:
+        _on_round(result)
+        retraining.after_round()
+
+    return after
+
+
+def _interval(args: argparse.Namespace, profile: Profile) -> float:
+    """Seconds between rounds (checked before the service takes the store's lease)."""
+    if args.interval is not None and args.interval <= 0:
+        raise ValueError(f"--interval must be a positive number of seconds, not {args.interval:g}")
+    return args.interval or profile.loop.interval_s
+
+
 def run_service(args: argparse.Namespace) -> int:
-    """Run until SIGINT/SIGTERM; exit 2 on bad configuration."""
+    """Run until SIGINT/SIGTERM; exit 2 on bad configuration or while another process schedules the store,
+    1 if another process takes the store over meanwhile."""
     import uvicorn
 
     from cpn.api import create_app
@@ -122,9 +162,14 @@ def run_service(args: argparse.Namespace) -> int:
     try:
         security = security_from_args(args)
         profile = load_profile(args.config)
+        interval = _interval(args, profile)
         service = build(args, profile)
-        interval = args.interval or profile.loop.interval_s
-        loop = LiveLoop(service.scheduler, interval, simulation=service.driver, on_round=_on_round)
+        loop = LiveLoop(
+            service.scheduler,
+            interval,
+            simulation=service.driver,
+            on_round=after_each_round(args, profile, service),
+        )
     except (ConfigError, ThroughputFormatError, StoreError, ValueError, FileNotFoundError) as exc:
         print(f"cpn run: {exc}", file=sys.stderr)
         return 2
@@ -159,7 +204,11 @@ def run_service(args: argparse.Namespace) -> int:
             f"(store {service.store.path}); Ctrl-C stops",
             flush=True,
         )
-        stats = loop.run()
+        try:
+            stats = loop.run()
+        except LeaseLost as exc:
+            print(f"cpn run: {exc}", file=sys.stderr)
+            return 1
         server.should_exit = True
         http.join(timeout=10)
     finally:

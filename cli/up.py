@@ -6,7 +6,9 @@ It starts, each under cpn.processes' supervision (no process outlives `cpn up`, 
 2. the `cpn` process work pool and the deployments of prefect.yaml, applied to it, and a worker;
 3. an MLflow tracking server and UI on this cpn home's MLflow store;
 4. `cpn run`: the HTTP intake and the live scheduling loop, on the config's clusters (simulated unless
-   the config names real ones).
+   the config names real ones), estimating with the registered champion unless `--estimates` says
+   otherwise. It starts once MLflow answers, so that the two never create the MLflow store at the same
+   time; with no champion yet it trains one first (seconds, `logs/cpn-run.log` says how long).
 
 It prints the URLs once each answers. Telemetry and update checks are off everywhere, so nothing waits
 on the internet. Output of every service goes to `$CPN_HOME/logs/NAME.log`.
@@ -58,6 +60,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=1.0,
         help="simulated clusters run this many times faster than the wall clock (default: %(default)s)",
+    )
+    p.add_argument(
+        "--estimates",
+        default="champion",
+        help="cpn run's runtime estimates (see `cpn run --help`; default: %(default)s)",
     )
     p.add_argument(
         "--timeout", type=float, default=180, help="seconds each service may take to answer (default: 180)"
@@ -176,9 +183,11 @@ def run(args: argparse.Namespace) -> int:
             run_argv = [
                 py, "-c", "import sys; from cli import main; sys.exit(main())", "run",
                 "--config", args.config, "--port", str(args.api_port), "--time-scale", str(args.time_scale),
+                "--estimates", args.estimates,
             ]  # fmt: skip
             if not os.environ.get("CPN_API_TOKEN"):
                 run_argv.append("--no-auth")
+            sup.wait_ready(mlflow, f"{mlflow_url}/health", args.timeout)
             api = sup.start("cpn-run", run_argv, env=env, log_path=log("cpn-run"))
             sup.wait_ready(prefect, f"{prefect_url}/api/health", args.timeout)
             print(f"cpn up: Prefect server answers after {time.monotonic() - started:.1f} s", flush=True)
@@ -200,8 +209,7 @@ def run(args: argparse.Namespace) -> int:
                 log_path=log("deploy"),
             )
             print(f"cpn up: deployments applied after {time.monotonic() - started:.1f} s", flush=True)
-            for service, url in ((mlflow, f"{mlflow_url}/health"), (api, f"{api_url}/healthz")):
-                sup.wait_ready(service, url, args.timeout)
+            sup.wait_ready(api, f"{api_url}/healthz", args.timeout)
             total = time.monotonic() - started
             print(
                 f"cpn up: ready after {total:.1f} s (logs in {logs})\n"

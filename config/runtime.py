@@ -15,6 +15,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from config.benchmarks import BENCHMARKS_YAML
+
 
 class RuntimeSettings(BaseSettings):
     """The state folder of a running cpn and the stores in it (environment variables `CPN_*`)."""
@@ -58,6 +60,12 @@ class RuntimeSettings(BaseSettings):
     def benchmarks_path(self) -> Path:
         """Benchmark scores ingested from this home's benchmark jobs (`ingest-benchmarks` writes it)."""
         return self.home / "benchmarks.yaml"
+
+    @property
+    def predictor_benchmarks(self) -> Path:
+        """The benchmark scores the predictor trains with: this home's ingested ones once
+        `ingest-benchmarks` wrote them, else the shipped file."""
+        return self.benchmarks_path if self.benchmarks_path.exists() else BENCHMARKS_YAML
 
     @property
     def benchmark_logs(self) -> Path:

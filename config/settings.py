@@ -294,13 +294,21 @@ class PolicySettings(_Strict):
 
 
 class LoopSettings(_Strict):
-    """How the live service (`cpn run`) paces its scheduling rounds."""
+    """How the live service (`cpn run`) paces its scheduling rounds, and how often it retrains on its own."""
 
     interval_s: float = Field(
         10,
         gt=0,
         description="Seconds between rounds when nothing happens; a job arriving or a cluster "
         "event due wakes the loop sooner.",
+    )
+    retrain_every_completions: int = Field(
+        50,
+        ge=0,
+        description="With champion estimates (the default), retrain the predictor after every this many "
+        "jobs completed since the service started or last retrained, in the background (rounds go on), "
+        "so the service learns without Prefect; the champion rule decides whether the new model serves. "
+        "Like the retrain deployment's threshold; 0: never (retraining left to that deployment).",
     )
 
 

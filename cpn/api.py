@@ -2,18 +2,23 @@
 
 - `POST /jobs`: a YAML body (`application/yaml`, `application/x-yaml`, `text/yaml`) or
   JSON `{"manifest": "<yaml>"}`. 201 with one outcome per job when any job is
-  new, 200 when every job existed already; 422 with the list of problems when a
-  document is invalid, 400 when the body cannot be read, 413 when it is too large,
-  415 for another content type (`text/plain` and forms are what a foreign web page
-  can send without asking), 403 when a job is in a namespace the token may not
-  write, 409 on a conflicting resubmission, 503 when the store cannot write (disk
-  full, read-only). On any error nothing is stored.
+  new, 200 when every job existed already, each with what was read of it (`read`,
+  cpn.intake.Reading: pods, GPUs and where their count came from, pins, ...); 422
+  with the list of problems when a document is invalid, 400 when the body cannot be
+  read, 413 when it is too large, 415 for another content type (`text/plain` and
+  forms are what a foreign web page can send without asking), 403 when a job is in
+  a namespace the token may not write, 409 on a conflicting resubmission, 503 when
+  the store cannot write (disk full, read-only). On any error nothing is stored.
 - `GET /jobs?state=queued&limit=100&cursor=C`: job summaries in acceptance order, a
   page at a time (`next_cursor` is the `cursor` of the next page; null at the end),
   only of the namespaces the token may read.
-- `GET /jobs/{namespace}/{name}`: one job with its spec, its manifest (with `env`
-  values and secret-looking fields redacted) and its transition history (a failed
+- `GET /jobs/{namespace}/{name}`: one job with its spec, what was read of it (`read`), its
+  manifest (with `env` values and secret-looking fields redacted) and its transition history (a failed
   run's end with the last lines of its pod log, secret-looking values redacted).
+- `DELETE /jobs/{namespace}/{name}`: cancel a job (idempotent). A queued job leaves the queue at once
+  (200, `cancelled`); one on a cluster gets a cancel request the scheduler's next round carries out,
+  deleting it there (202, `requested`); a job that had ended is left as it was (200, `finished`). 403
+  with another namespace's token, 404 for an unknown job; who cancelled and when is in its history.
 - `GET /healthz`: the API is up (no token needed); job counts per state with a token
   for every namespace.
 
@@ -37,10 +42,19 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from cpn.auth import ANONYMOUS, ApiSecurity, Principal
-from cpn.intake import IntakeError, parse_manifests
+from cpn.intake import IntakeError, Reading, read_manifests
 from cpn.jobs import JobSpec, JobState
 from cpn.safe_yaml import clip
-from cpn.store import JobConflict, JobRecord, JobStore, StoreUnavailable, Transition, UnknownJob
+from cpn.store import (
+    CancelOutcome,
+    JobConflict,
+    JobRecord,
+    JobStore,
+    StoreUnavailable,
+    SubmitOutcome,
+    Transition,
+    UnknownJob,
+)
 
 log = logging.getLogger("cpn.api")
 
@@ -104,8 +118,8 @@ def create_app(store: JobStore, *, security: ApiSecurity) -> FastAPI:
             outcomes = _submit(store, text, principal)
         else:
             outcomes = await run_in_threadpool(_submit, store, text, principal)
-        created = any(o.status == "created" for o in outcomes)
-        jobs = [{"job_id": o.job_id, "status": o.status} for o in outcomes]
+        created = any(o.status == "created" for o, _ in outcomes)
+        jobs = [{"job_id": o.job_id, "status": o.status, "read": dataclasses.asdict(r)} for o, r in outcomes]
         return JSONResponse({"jobs": jobs}, status_code=201 if created else 200)
 
     @app.get("/jobs")
@@ -140,8 +154,18 @@ def create_app(store: JobStore, *, security: ApiSecurity) -> FastAPI:
         return {
             **_summary(record),
             "spec": _public_spec(record.spec),
+            "read": dataclasses.asdict(Reading.of(record.spec)),
             "history": [_transition(t) for t in store.history(job_id)],
         }
+
+    @app.delete("/jobs/{namespace}/{name}")
+    def cancel_job(request: Request, namespace: str, name: str) -> JSONResponse:
+        """Cancel one job (see `cancel_answer`): 200 when it is cancelled now or had ended already, 202 when
+        the scheduler's next round deletes it from its cluster."""
+        principal = _principal(request)
+        _authorize(principal, [namespace], "cancel jobs of")
+        outcome = store.cancel(f"{namespace}/{name}", principal.name)
+        return JSONResponse(cancel_answer(outcome), status_code=202 if outcome.status == "requested" else 200)
 
     @app.get("/healthz")
     def healthz(request: Request) -> dict[str, Any]:
@@ -155,10 +179,32 @@ def create_app(store: JobStore, *, security: ApiSecurity) -> FastAPI:
     return app
 
 
-def _submit(store: JobStore, text: str, principal: Principal) -> list:
-    specs = parse_manifests(text, "request body")
-    _authorize(principal, [s.job_id.split("/", 1)[0] for s in specs], "write")
-    return store.submit(specs)
+CANCEL_MESSAGES = {
+    "cancelled": "cancelled: it has left the queue",
+    "requested": "cancel requested: the scheduler's next round deletes it from its cluster and records it "
+    "cancelled",
+    "finished": "it had already ended ({state}); nothing changed",
+}
+"""What a cancel did, for people (the API's `message`, the CLI and the web UI)."""
+
+
+def cancel_answer(outcome: CancelOutcome) -> dict[str, Any]:
+    """The JSON answer to a cancel: the job, what happened (`status`: cancelled, requested or finished),
+    its state now and a sentence saying so. Cancelling again is harmless: the same answer."""
+    return {
+        "job_id": outcome.job_id,
+        "status": outcome.status,
+        "state": outcome.state.value,
+        "message": CANCEL_MESSAGES[outcome.status].format(state=outcome.state.value),
+    }
+
+
+def _submit(store: JobStore, text: str, principal: Principal) -> list[tuple[SubmitOutcome, Reading]]:
+    """Each job's outcome in the store, with what intake read of it."""
+    read = read_manifests(text, "request body")
+    _authorize(principal, [s.job_id.split("/", 1)[0] for s, _ in read], "write")
+    outcomes = store.submit([s for s, _ in read])
+    return list(zip(outcomes, [r for _, r in read], strict=True))
 
 
 def _principal(request: Request) -> Principal:

@@ -6,7 +6,7 @@ estimate source and the policy into the production Scheduler. The replay, the de
 and the live service (`cpn run`) all build through it; they differ only in `time_scale`:
 
 - `None` (replays, benchmarks, the demo): simulated time jumps from event to event, driven by the
-  replay (cpn.engine.replay);
+  replay (cpn.sim.replay);
 - a number (`cpn run`): simulated clusters follow the wall clock that many times faster
   (cpn.sim.driver), their submissions journaled beside the store so a restart resumes them.
 
@@ -16,7 +16,6 @@ them. The estimate source is chosen by name in models.sources and handed in here
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,14 +24,13 @@ from pathlib import Path
 from config.settings import DEFAULT_CPU_THRESHOLD, ClustersConfig
 from cpn.adapters.clusters import ClusterSet
 from cpn.adapters.gateway import ClusterGateway
-from cpn.adapters.metrics import MetricsSource
 from cpn.adapters.migrator import Migrator
 from cpn.clock import Clock, SimClock, WallClock
-from cpn.engine.live_load import apply_metrics
+from cpn.engine.lease import MIN_TTL_S, SchedulerLease
+from cpn.engine.live_load import MeasuredLoad
 from cpn.engine.scheduler import EstimateSource, NodeLoad, Scheduler
-from cpn.engine.transfer import TransferTimes
 from cpn.formats.throughput import ThroughputTable
-from cpn.inventory import Node, NodeState, nodes_from_config
+from cpn.inventory import Node, nodes_from_config
 from cpn.policies import make_policy
 from cpn.policies.base import Policy
 from cpn.sim.colocation import ColocationTable
@@ -41,8 +39,7 @@ from cpn.sim.gateway import GroundTruth, SimulatedGateway
 from cpn.sim.journal import JournaledGateway, SubmissionJournal
 from cpn.sim.migrator import SimulatedMigrator
 from cpn.store import JobStore
-
-log = logging.getLogger(__name__)
+from cpn.transfer import TransferTimes
 
 REPLAY_EXPLAIN_EVERY_S = 1.0
 """A replay asks why jobs wait at most once per wall-clock second: replays run thousands of rounds a
@@ -66,6 +63,8 @@ class Service:
     """Moves simulated clusters along the wall clock (`cpn run` only)."""
     journal: JournaledGateway | None = None
     """The simulated clusters' submission journal (`cpn run` only)."""
+    lease: SchedulerLease | None = None
+    """The store's scheduler lease a live service that writes holds (None: read-only, or a replay)."""
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -78,17 +77,22 @@ class Service:
         return sum(n.gpu_count for n in self.nodes)
 
     def start(self) -> None:
-        """Bring a live service up to where it stopped: replay the simulated clusters' journal, catch up
-        with the wall clock, and reconcile the store with what the clusters hold."""
+        """Bring a live service up to where it stopped: replay the simulated clusters' journal (reading it
+        only), catch up with the wall clock, and, holding the store's lease, reconcile the store with what
+        the clusters hold (a read-only service changes nothing)."""
         if self.journal is not None:
             self.journal.restore()
         if self.driver is not None:
             self.driver.catch_up()
-        self.scheduler.reconcile(self.gateway.held_jobs())
+        if self.lease is not None:
+            self.scheduler.reconcile(self.gateway.held_jobs())
 
     def close(self) -> None:
-        """Stop the gateways' background work and close the store."""
+        """Stop the gateways' background work, release the store's lease and close the store."""
         self.gateway.close()
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
         self.store.close()
 
 
@@ -101,38 +105,6 @@ def _real_gateway(clusters: ClustersConfig, name: str) -> ClusterGateway:
     from cpn.adapters.kubernetes import gateway_for
 
     return gateway_for(clusters.cluster(name), clusters.label_domain, clusters.gpu_aliases)
-
-
-class MeasuredLoad:
-    """Node states adjusted by each cluster's live metrics (cpn.engine.live_load), sampled every round.
-
-    A cluster whose metrics turn unknown or degraded is scheduled on inventory alone (or on its fresh
-    readings only), and the change is logged once, when it happens.
-    """
-
-    def __init__(self, source: MetricsSource) -> None:
-        self.source = source
-        self.health: dict[str, str] = {}
-
-    def __call__(self, nodes: tuple[NodeState, ...]) -> tuple[NodeState, ...]:
-        sample = self.source.sample()
-        for name, metrics in sample.items():
-            if self.health.get(name, "ok") != metrics.health:
-                level = logging.INFO if metrics.health == "ok" else logging.WARNING
-                fallback = {
-                    "unknown": "; scheduling it on inventory alone",
-                    "degraded": "; fresh readings only",
-                }
-                log.log(
-                    level,
-                    "cluster %s metrics %s%s%s",
-                    name,
-                    metrics.health,
-                    f" ({metrics.detail})" if metrics.detail else "",
-                    fallback.get(metrics.health, ""),
-                )
-            self.health[name] = metrics.health
-        return apply_metrics(nodes, sample)
 
 
 def _metrics_for(clusters: ClustersConfig) -> MeasuredLoad | None:
@@ -166,6 +138,9 @@ def build_service(
     time_scale: float | None = None,
     node_load: NodeLoad | None = None,
     wall: Callable[[], float] = time.time,
+    read_only: bool = False,
+    purpose: str = "cpn",
+    lease_ttl_s: float = MIN_TTL_S,
 ) -> Service:
     """The scheduler over `clusters` with a job store at `store_path` (see the module doc).
 
@@ -175,6 +150,11 @@ def build_service(
     simulated. With `time_scale`, a file beside the store keeps
     the simulated timeline and another journals the simulated clusters' submissions (not for a
     `:memory:` store, which a restart cannot resume anyway); `wall` is the wall clock they follow.
+
+    A live service takes the store's scheduler lease (cpn.engine.lease; `purpose` names it, renewed
+    within `lease_ttl_s`) before it writes anything, so a second scheduler on the store is refused
+    with StoreLeased, naming the holder. `read_only` opens the store for reading and writes no file:
+    a dry run's service, which takes no lease and must not record or submit anything.
     """
     real = [c.name for c in clusters.clusters if c.kube_context]
     if real and time_scale not in (None, 1):
@@ -183,7 +163,14 @@ def build_service(
     durable = str(store_path) != ":memory:"
     sim_clock = SimClock()
     clock: Clock = WallClock() if real and live else sim_clock
-    store = JobStore(store_path, clock=clock)
+    store = JobStore(store_path, clock=clock, read_only=read_only)
+    lease = None
+    if live and not read_only:
+        try:
+            lease = SchedulerLease(store, purpose, lease_ttl_s)
+        except BaseException:
+            store.close()
+            raise
     simulated = [c.name for c in clusters.clusters if not c.kube_context]
     gateways: dict[str, ClusterGateway] = {}
     simulator = journal = driver = None
@@ -207,7 +194,9 @@ def build_service(
         if real:
             timeline = Timeline(now, now, 1.0)
         elif durable:
-            timeline = Timeline.resume(Path(f"{store_path}.sim-time"), float(time_scale), now)
+            timeline = Timeline.resume(
+                Path(f"{store_path}.sim-time"), float(time_scale), now, save=not read_only
+            )
         else:
             timeline = Timeline(now, 0.0, float(time_scale))
         if real:
@@ -225,6 +214,7 @@ def build_service(
         migrator=migrator,
         node_load=node_load,
         explain_every_s=0.0 if live else REPLAY_EXPLAIN_EVERY_S,
+        lease=lease,
     )
     return Service(
         clusters=clusters,
@@ -236,6 +226,7 @@ def build_service(
         migrator=migrator,
         driver=driver,
         journal=journal,
+        lease=lease,
     )
 
 
@@ -247,7 +238,7 @@ def build_simulation(
     cpu_threshold: float = DEFAULT_CPU_THRESHOLD,
     estimator: EstimateSource | None = None,
 ) -> Service:
-    """A replay's service: every cluster simulated, on simulated time driven by cpn.engine.replay."""
+    """A replay's service: every cluster simulated, on simulated time driven by cpn.sim.replay."""
     if any(c.kube_context for c in clusters.clusters):
         raise ValueError("a replay simulates every cluster; this config names real ones (kube_context)")
     return build_service(

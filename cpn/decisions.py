@@ -40,7 +40,8 @@ class RunningJob:
     """A running job as a plan over time sees it: when it should end and the whole cards it holds."""
 
     end: float
-    """Predicted end (seconds, the snapshot's clock); inf when there is no estimate to predict it by."""
+    """Predicted end (seconds, the snapshot's clock); inf for a service (it runs until deleted) and when
+    there is no estimate to predict it by: its cards do not come back in any plan."""
     cards: tuple[tuple[str, int], ...] = ()
     """(`cluster/node`, cards) of its gang; empty for a job on a shared card."""
 
@@ -69,14 +70,20 @@ class Snapshot:
     """One pending job of each shape (`shape_of`); None = not given. Lets a policy stop scanning
     a long queue once no shape that waits could start on what is left."""
     running: Mapping[str, RunningJob] = field(default_factory=_frozen_empty)
-    """job_id -> predicted end and whole cards of each job running on the nodes (the scheduler works
-    them out from the store and the estimates, so a plan over time knows when cards free even for jobs
-    started before a restart or by another round's process). May be empty (no estimates)."""
+    """job_id -> predicted end and whole cards of each job running on the nodes: the only place a policy
+    learns when cards free (policies keep nothing between rounds). The scheduler works them out from the
+    store and the estimates, so a plan over time knows when cards free even for jobs started before a
+    restart or by another round's process. A running job missing here holds its cards with no known end."""
+    fresh: tuple[JobSpec, ...] | None = None
+    """The pending jobs a policy has not seen yet: those that entered the queue, or whose needs changed,
+    since the previous snapshot (the scheduler's); None = every pending job (a snapshot on its own, or
+    after the nodes changed). A policy rejects those no placement could ever satisfy at once
+    (cpn.policies.placement.Capacity.vet), and need not ask about the others again."""
 
 
 def shape_of(job: JobSpec) -> tuple:
     """What decides whether a job can start on given free capacity, bar memory and estimates."""
-    return (job.kind, job.num_gpus, job.gpu_share is not None, job.cpu)
+    return (job.kind, job.num_gpus, job.gpu_share is not None, job.cpu, job.pod_gpus if job.spread else ())
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,7 @@ WaitCode = Literal[
     "no-estimate",
     "migrating",
     "queue-order",
+    "refused",
 ]
 """Why a job waits, one code per job and round:
 
@@ -136,7 +144,9 @@ WaitCode = Literal[
 - `reserved`: it could start, but the cards are held for an older job's reservation;
 - `no-estimate`: no runtime estimate on any free GPU type, so the policy cannot place it;
 - `migrating`: its image and data are being copied to the chosen cluster;
-- `queue-order`: it could start, but the policy starts other jobs first (e.g. FIFO's head of line).
+- `queue-order`: it could start, but the policy starts other jobs first (e.g. FIFO's head of line);
+- `refused`: the policy placed it, but the cluster refused the submission for now (the detail says why);
+  it is planned again next round.
 """
 
 

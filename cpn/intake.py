@@ -19,7 +19,11 @@ What cpn needs to know about a job comes from bare-key annotations on the object
         epoch: "100"
 
 The full list, with what each one means, is in the field descriptions of `Annotations`.
-Kubernetes annotation values are strings, so `"20"` and `20` are accepted alike.
+Kubernetes annotation values are strings, so `"20"` and `20` are accepted alike (and stored as
+`"20"`). Other keys are another tool's, but for a bare key so close to one of cpn's that it is
+probably misspelt (`priorty`: TYPO_SIMILARITY), which is refused. Labels and annotations, of the
+object and of its pod templates, are checked by Kubernetes' rules (`_kubernetes_metadata`), so that
+what the API server would refuse is refused here.
 
 Jobs are counted whole. A pod's GPUs are the sum of `resources.limits["nvidia.com/gpu"]`
 over its containers, its CPU the sum of their `requests.cpu` (else `limits.cpu`); every
@@ -29,6 +33,7 @@ Volcano's TensorFlow example, a ps task and 3 one-GPU workers, needs 3 GPUs. Pod
 GPUs (the ps task) are not placed by cpn. A `gpu_count` annotation may stand in for the GPU
 limit of each pod (production pods often leave the limit out); when both are given they must
 agree. With neither, each pod of the first template needs one GPU; with no CPU declared, one core.
+What was read, and which of these rules counted the GPUs, is said back with each job (`Reading`).
 
 What the manifest already says about where the job may run narrows cpn's choice: a
 `nodeSelector` or required node affinity on `nvidia.com/gpu.product`, `<domain>/node.usage` or
@@ -49,16 +54,17 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from cpn.formats.throughput import normalise_precision
 from cpn.inventory import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
-from cpn.jobs import JobKind, JobSpec
-from cpn.rules import USAGE_TAINT_SUFFIX
+from cpn.jobs import JobKind, JobSpec, normalise_precision
+from cpn.model_names import model_key
+from cpn.rules import POOLS_FOR_KIND, USAGE_TAINT_SUFFIX
 from cpn.safe_yaml import DEFAULT_LIMITS, Budget, LimitExceeded, Limits, clip, dump, load_one
 
 SUPPORTED_KINDS: dict[tuple[str, str], JobKind] = {
@@ -107,10 +113,23 @@ _DOC_START = re.compile(r"^---(\s|$)")
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,9}")
 _CPU_QUANTITY = re.compile(r"([0-9]{1,9}(\.[0-9]{0,9})?|\.[0-9]{1,9})(m?)")
 _SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_K8S_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_K8S_NAME_RULE = "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+
+ANNOTATIONS_MAX_BYTES = 256 * 1024
+"""Most bytes the annotation keys and values of one object may hold together, as the Kubernetes API server
+allows (256 KiB)."""
+
+TYPO_SIMILARITY = 0.85
+"""How alike (difflib's ratio, case ignored) an annotation key must be to one of cpn's to be taken for a
+misspelling of it. Typos score 0.89 and up (`priorty`/`priority` 0.93, `epochs`/`epoch` 0.91,
+`data-size`/`data_size` 0.89); keys people use for their own ends score lower (`dataset`/`data_size` and
+`gpu_model`/`gpu_mem` 0.75, `version`/`precision` 0.62) and stay allowed."""
 
 
 class Annotations(BaseModel):
-    """The annotations cpn reads from `metadata.annotations`; other keys are ignored."""
+    """The annotations cpn reads from `metadata.annotations`; other keys are left alone but for probable
+    misspellings of these (`_annotations`)."""
 
     model_config = ConfigDict(
         extra="ignore",
@@ -121,7 +140,10 @@ class Annotations(BaseModel):
     )
 
     model_name: str = Field(
-        min_length=1, max_length=253, description='the model\'s name, e.g. "resnet50", at most 253 characters'
+        min_length=1,
+        max_length=253,
+        description='the model\'s name, e.g. "resnet50" (ResNet-50 is the same model), at most 253 '
+        "characters with a letter or digit",
     )
     data_size: float = Field(ge=0, le=1e7, description="dataset size in GB, a number from 0 to 10,000,000")
     epoch: int = Field(ge=1, le=1_000_000, description="number of epochs, a whole number from 1 to 1,000,000")
@@ -170,6 +192,13 @@ class Annotations(BaseModel):
             raise ValueError("a boolean is not accepted here (quote it if you mean the text)")
         return value
 
+    @field_validator("model_name")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        """A name that has a model key (cpn.model_names): kept as written, matched by its key."""
+        model_key(value)
+        return value
+
     @field_validator("precision")
     @classmethod
     def _precision(cls, value: str) -> str:
@@ -178,6 +207,11 @@ class Annotations(BaseModel):
             return normalise_precision(value)
         except ValueError:
             raise ValueError("not a known precision") from None
+
+
+CPN_ANNOTATIONS = frozenset(Annotations.model_fields)
+"""The annotation keys cpn reads (the fields of Annotations)."""
+_REQUIRED_ANNOTATIONS = frozenset(k for k, f in Annotations.model_fields.items() if f.is_required())
 
 
 @dataclass(frozen=True)
@@ -217,8 +251,91 @@ MAX_PROBLEMS = 20
 """Problems reported for one submission; the rest are counted, not listed."""
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What intake understood of one accepted job, said back to whoever submitted it (the answer of
+    `POST /jobs`, `cpn submit`) and shown by `cpn job` and `GET /jobs/{id}`, so that nothing it assumed
+    goes unseen. Everything but `gpus_from` is the JobSpec's own, in the submitter's terms."""
+
+    kind: JobKind
+    """training (a Job or Volcano Job) or inference (a Deployment)."""
+    pods: int
+    """GPU-holding pods, started together as one gang."""
+    gpus_per_pod: tuple[int, ...]
+    """Cards of each of those pods."""
+    gpus: int
+    """Cards in all."""
+    gpus_from: str
+    """Where the count came from: the pods' `nvidia.com/gpu` limits, the `gpu_count` annotation, or the
+    default of one card per pod of the first template when the manifest gives neither."""
+    gpu_products: tuple[str, ...]
+    """GPU products the manifest pins the job to (`nvidia.com/gpu.product`); empty: any."""
+    node_pools: tuple[str, ...]
+    """Pools it may use: those its manifest requires, else its kind's and the hybrid pool."""
+    priority: int
+    """Higher goes first."""
+    gpu_share: float | None
+    """Fraction of a card it accepts to share; None: whole cards."""
+    gpu_mem_gb: float | None
+    """GPU memory per card it declared (`gpu_mem`); None: the predictor estimates it."""
+    gpu_memory_min_gb: float | None
+    """Least card memory its manifest requires (`nvidia.com/gpu.memory`); None: any."""
+    cpu: float
+    """CPU cores of its GPU-holding pods in all."""
+
+    @classmethod
+    def of(cls, spec: JobSpec, gpus_from: str | None = None) -> Reading:
+        """The reading of accepted `spec`; without `gpus_from`, that is read again from its stored manifest
+        by the rules that counted it (a job shown after it was accepted)."""
+        sizes = spec.pod_gpus or (spec.num_gpus,)
+        return cls(
+            kind=spec.kind,
+            pods=len(sizes),
+            gpus_per_pod=sizes,
+            gpus=spec.num_gpus,
+            gpus_from=_stored_gpus_from(spec) if gpus_from is None else gpus_from,
+            gpu_products=spec.gpu_products,
+            node_pools=spec.node_pools or tuple(sorted(POOLS_FOR_KIND[spec.kind])),
+            priority=spec.priority,
+            gpu_share=spec.gpu_share,
+            gpu_mem_gb=spec.gpu_mem_gb,
+            gpu_memory_min_gb=spec.gpu_memory_min_gb,
+            cpu=spec.cpu,
+        )
+
+    def summary(self) -> str:
+        """One line for people, e.g. `2 pods x 1 GPU = 2 GPUs (default: ...); GPU any; pools hybrid,
+        inference; priority 0; shares 0.5 of a card; memory per card predicted; 1 CPU`."""
+        sizes = self.gpus_per_pod
+        alike = len(set(sizes)) == 1
+        each = f"x {_count(sizes[0], 'GPU')}" if alike else f"of {' + '.join(map(str, sizes))} GPUs"
+        parts = [
+            f"{_count(self.pods, 'pod')} {each} = {_count(self.gpus, 'GPU')} ({self.gpus_from})",
+            f"GPU {', '.join(self.gpu_products) or 'any'}",
+            f"pools {', '.join(self.node_pools)}",
+            f"priority {self.priority}",
+            "whole cards" if self.gpu_share is None else f"shares {self.gpu_share:g} of a card",
+            f"memory per card {'predicted' if self.gpu_mem_gb is None else f'{self.gpu_mem_gb:g} GB'}",
+        ]
+        if self.gpu_memory_min_gb is not None:
+            parts.append(f"cards of at least {self.gpu_memory_min_gb:g} GB")
+        return "; ".join([*parts, _count(self.cpu, "CPU")])
+
+
+def _count(n: float, unit: str) -> str:
+    return f"{n:g} {unit}" if n == 1 else f"{n:g} {unit}s"
+
+
 def parse_manifests(text: str, source: str = "<stdin>", limits: Limits = DEFAULT_LIMITS) -> list[JobSpec]:
-    """Parse a (multi-document) YAML stream into JobSpecs, in document order.
+    """Parse a (multi-document) YAML stream into JobSpecs, in document order (`read_manifests`)."""
+    return [spec for spec, _ in read_manifests(text, source, limits)]
+
+
+def read_manifests(
+    text: str, source: str = "<stdin>", limits: Limits = DEFAULT_LIMITS
+) -> list[tuple[JobSpec, Reading]]:
+    """Parse a (multi-document) YAML stream into JobSpecs, each with what was read (its Reading), in
+    document order.
 
     All documents are checked before anything is returned: if any document is
     invalid, or the stream holds no job at all, IntakeError lists the problems
@@ -236,7 +353,7 @@ def parse_manifests(text: str, source: str = "<stdin>", limits: Limits = DEFAULT
         raise IntakeError(source, [Problem(0, None, "", reason)])
     budget = Budget(limits)
     problems: list[Problem] = []
-    specs: list[JobSpec] = []
+    read: list[tuple[JobSpec, str]] = []
     first_doc_of: dict[str, int] = {}
     skipped: list[str] = []
     services: list[dict] = []
@@ -253,24 +370,24 @@ def parse_manifests(text: str, source: str = "<stdin>", limits: Limits = DEFAULT
         if doc is None:
             continue
         collector = _Collector(number, doc)
-        spec = _parse_object(doc, collector)
-        if spec is not None and spec.job_id in first_doc_of:
+        parsed = _parse_object(doc, collector)
+        if parsed is not None and parsed[0].job_id in first_doc_of:
             collector.add(
                 "metadata.name",
-                f"job {spec.job_id} is already defined by document {first_doc_of[spec.job_id]}; "
+                f"job {parsed[0].job_id} is already defined by document {first_doc_of[parsed[0].job_id]}; "
                 "give each job its own name",
             )
-            spec = None
+            parsed = None
         problems.extend(collector.problems)
-        if spec is None:
+        if parsed is None:
             if not collector.problems:
                 skipped.append(str(doc.get("kind")))
                 if doc.get("kind") == "Service" and doc.get("apiVersion") == "v1":
                     services.append(doc)
             continue
-        first_doc_of[spec.job_id] = number
-        specs.append(spec)
-    if not specs and not problems:
+        first_doc_of[parsed[0].job_id] = number
+        read.append(parsed)
+    if not read and not problems:
         found = f"found only {', '.join(skipped)}" if skipped else "the file is empty"
         problems.append(Problem(0, None, "", f"no job to submit ({found}); cpn accepts {_SUPPORTED_TEXT}"))
     if len(problems) > MAX_PROBLEMS:
@@ -278,7 +395,20 @@ def parse_manifests(text: str, source: str = "<stdin>", limits: Limits = DEFAULT
         problems = problems[:MAX_PROBLEMS] + [Problem(0, None, "", f"{more} more problem(s) not listed")]
     if problems:
         raise IntakeError(source, problems)
-    return _with_services(specs, services)
+    specs = _with_services([spec for spec, _ in read], services)
+    return [(spec, Reading.of(spec, gpus_from)) for spec, (_, gpus_from) in zip(specs, read, strict=True)]
+
+
+def _stored_gpus_from(spec: JobSpec) -> str:
+    """`Reading.gpus_from` of an accepted job, read again from its stored manifest (its first document)."""
+    if not spec.manifest:
+        return "num_gpus of the job's trace row (it came without a manifest)"
+    (_, first), *_ = _split_documents(spec.manifest)
+    doc = load_one(first, Budget(DEFAULT_LIMITS))
+    col = _Collector(1, doc)  # not reported: the manifest passed intake when it was accepted
+    annotations = _annotations(doc["metadata"], col)
+    _, gang = _job_gang(doc, doc["apiVersion"], annotations.gpu_count if annotations else None, col)
+    return gang.gpus_from
 
 
 def _with_services(specs: list[JobSpec], services: list[dict]) -> list[JobSpec]:
@@ -359,8 +489,9 @@ class _Collector:
             self.problems.append(problem)
 
 
-def _parse_object(doc: Any, col: _Collector) -> JobSpec | None:
-    """The JobSpec of one document; None when it is not a job (skipped) or has problems (recorded)."""
+def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
+    """The JobSpec of one document and where its GPU count came from (`Reading.gpus_from`); None when it
+    is not a job (skipped) or has problems (recorded)."""
     if not isinstance(doc, dict):
         col.add("", f"not a Kubernetes object: expected a mapping with apiVersion and kind, got {_type(doc)}")
         return None
@@ -383,24 +514,14 @@ def _parse_object(doc: Any, col: _Collector) -> JobSpec | None:
     meta = _mapping(doc.get("metadata"), "metadata", col, required=True)
     job_id = _job_id(meta, col) if meta is not None else None
     annotations = _annotations(meta, col) if meta is not None else None
-    pods = _pod_templates(doc, api, col)
-    gpus_of = [_pod_gpus(p.containers, col) for p in pods]
-    pod_gpus = [g for g in gpus_of if g is not None]
-    pod_cpus = [_pod_cpu(p.containers, col) for p in pods]
+    if meta is not None:
+        _kubernetes_metadata(meta, "metadata", col, own=CPN_ANNOTATIONS)
+    pods, gang = _job_gang(doc, api, annotations.gpu_count if annotations else None, col)
     image = _image(pods[0].containers, col) if pods else None
-    limit_gpus = max(pod_gpus) if pod_gpus else None
-    gang = _gang(pods, gpus_of, pod_cpus, annotations.gpu_count if annotations else None, col)
-    if annotations is not None and None not in (annotations.gpu_count, limit_gpus):
-        if annotations.gpu_count != limit_gpus:
-            col.add(
-                "metadata.annotations.gpu_count",
-                f'says {annotations.gpu_count} GPUs but the pod\'s resources.limits["{GPU_RESOURCE}"] '
-                f"add up to {limit_gpus}; make them agree or drop the annotation",
-            )
     if col.problems or job_id is None or annotations is None or image is None:
         return None
     a = annotations
-    return JobSpec(
+    spec = JobSpec(
         job_id=job_id,
         model=a.model_name,
         kind=job_kind,
@@ -421,8 +542,24 @@ def _parse_object(doc: Any, col: _Collector) -> JobSpec | None:
         node_pools=gang.node_pools,
         gpu_memory_min_gb=gang.gpu_memory_min_gb,
         pod_gpus=gang.pod_gpus,
-        manifest=dump(doc),
+        spread=gang.spread,
+        manifest=dump(_text_annotations(doc)),
     )
+    return spec, gang.gpus_from
+
+
+def _text_annotations(doc: dict) -> dict:
+    """`doc` with cpn's annotations written as numbers (`epoch: 100`, as the seed writes them) turned into
+    the text Kubernetes requires of every annotation value; the rest as it came."""
+    meta = doc["metadata"]
+    raw = meta.get("annotations") or {}
+    numbers = {k: str(v) for k, v in raw.items() if k in CPN_ANNOTATIONS and _is_number(v)}
+    return {**doc, "metadata": {**meta, "annotations": {**raw, **numbers}}} if numbers else doc
+
+
+def _is_number(value: Any) -> bool:
+    """An int or float that YAML read, not a boolean (which Python counts as an int)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _quote(value: Any) -> str:
@@ -432,7 +569,7 @@ def _quote(value: Any) -> str:
     """
     if isinstance(value, str):
         return repr(clip(value, 100))
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if _is_number(value):
         text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge number"
         return clip(text, 100)
     return repr(value) if isinstance(value, bool) or value is None else _type(value)
@@ -487,6 +624,66 @@ def _job_id(meta: dict, col: _Collector) -> str | None:
     return f"{namespace}/{name}" if ok else None
 
 
+def _kubernetes_metadata(meta: dict, field: str, col: _Collector, own: Collection[str] = ()) -> None:
+    """Check the `labels` and `annotations` of the metadata at `field` by the API server's rules, so that
+    what a cluster would refuse is refused at the door, naming the key.
+
+    Keys are qualified names: an optional DNS-1123 subdomain prefix and '/', then a name of at most 63
+    letters, digits, '-', '_' and '.' that starts and ends with a letter or digit (annotation keys case
+    ignored, as Kubernetes checks them). Label values are empty or such a name; annotation values any text,
+    keys and values of one object at most ANNOTATIONS_MAX_BYTES together. Values are text (null reads as
+    empty): a number is refused ("quote it"), but for the annotations in `own` (cpn's), which Annotations
+    reads as numbers and which are stored as text (`_text_annotations`).
+    """
+    for part, what in (("labels", "label"), ("annotations", "annotation")):
+        entries = _mapping(meta.get(part), f"{field}.{part}", col) or {}
+        size = 0
+        for key, value in entries.items():
+            if not isinstance(key, str):
+                col.add(f"{field}.{part}", f"key {_quote(key)} is {_type(key)}; keys are text: quote it")
+                continue
+            where = f'{field}.{part}["{clip(key, 100)}"]'
+            why = _qualified_name_problem(key if part == "labels" else key.lower())
+            if why is not None:
+                col.add(where, f"key {_quote(key)} is not a valid {what} key: {why}")
+            text = str(value) if key in own and _is_number(value) else value
+            if isinstance(text, str):
+                size += len((key + text).encode("utf-8", "surrogatepass"))
+                why = _label_value_problem(text) if part == "labels" else None
+                if why is not None:
+                    col.add(where, f"value {_quote(text)} is not a valid label value: {why}")
+            elif text is not None and key not in own:
+                col.add(where, f"value {_quote(text)} is {_type(text)}; {what} values are text: quote it")
+        if part == "annotations" and size > ANNOTATIONS_MAX_BYTES:
+            col.add(
+                f"{field}.{part}",
+                f"keys and values of {size:,} bytes; Kubernetes allows {ANNOTATIONS_MAX_BYTES:,} at most",
+            )
+
+
+def _qualified_name_problem(key: str) -> str | None:
+    """Why `key` is not a Kubernetes qualified name (`[prefix/]name`, the form of label and annotation
+    keys), or None when it is one."""
+    prefix, slash, name = key.rpartition("/")
+    if "/" in prefix:
+        return "it holds more than one '/'; a key is an optional DNS subdomain prefix and '/', then a name"
+    if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
+        return (
+            f"the prefix {_quote(prefix)} is not a DNS-1123 subdomain (lowercase letters, digits, '-' and "
+            "'.', starting and ending with a letter or digit, at most 253 characters)"
+        )
+    if not name or len(name) > 63 or not _K8S_NAME.fullmatch(name):
+        return f"the name {_quote(name)} must be 1 to 63 {_K8S_NAME_RULE}"
+    return None
+
+
+def _label_value_problem(value: str) -> str | None:
+    """Why `value` is not a Kubernetes label value, or None when it is one."""
+    if value and (len(value) > 63 or not _K8S_NAME.fullmatch(value)):
+        return f"a label value is empty or at most 63 {_K8S_NAME_RULE}"
+    return None
+
+
 def _annotations(meta: dict, col: _Collector) -> Annotations | None:
     """Validate `metadata.annotations`; each bad or missing key becomes a problem of its own."""
     raw = meta.get("annotations")
@@ -494,6 +691,17 @@ def _annotations(meta: dict, col: _Collector) -> Annotations | None:
         col.add("metadata.annotations", f"expected a mapping, got {_type(raw)}")
         return None
     raw = raw or {}
+    missing = {k for k in _REQUIRED_ANNOTATIONS if k not in raw}
+    for key in raw:
+        if not isinstance(key, str) or key in CPN_ANNOTATIONS or "/" in key:
+            continue  # cpn's, or another tool's (a prefixed key), or refused by _kubernetes_metadata
+        meant = _probable_typo(key, CPN_ANNOTATIONS)
+        if meant is not None and meant not in missing:  # a missing one's own problem names the key found
+            col.add(
+                f"metadata.annotations.{key}",
+                f"not an annotation cpn reads; did you mean {meant}? {_typo_note(key)} Rename it, or give it "
+                f"a domain prefix (example.com/{key}) if another tool reads it",
+            )
     try:
         return Annotations.model_validate(raw)
     except ValidationError as exc:
@@ -511,8 +719,25 @@ def _annotations(meta: dict, col: _Collector) -> Annotations | None:
 
 def _missing_annotation(key: str, raw: dict) -> str:
     reason = f"missing required annotation; add {key}: <{Annotations.model_fields[key].description}>"
-    close = difflib.get_close_matches(key, [k for k in raw if isinstance(k, str) and len(k) <= 64], n=1)
-    return f"{reason} (found {close[0]!r}: a typo?)" if close else reason
+    found = _probable_typo(key, raw)
+    return f"{reason} {_typo_note(found)}" if found is not None else reason
+
+
+def _probable_typo(word: str, candidates: Iterable[Any]) -> str | None:
+    """The candidate that `word` most probably misspells, or is misspelt as; None when none is that close.
+
+    One rule both ways (difflib's ratio >= TYPO_SIMILARITY, case ignored): a missing required annotation
+    looks for its misspelling among the keys given, a key cpn does not read for the annotation it misspells.
+    """
+    if len(word) > 64:
+        return None
+    by_lower = {c.lower(): c for c in candidates if isinstance(c, str) and len(c) <= 64}
+    close = difflib.get_close_matches(word.lower(), by_lower, n=1, cutoff=TYPO_SIMILARITY)
+    return by_lower[close[0]] if close else None
+
+
+def _typo_note(found: str) -> str:
+    return f"(found {found!r}: a typo?)"
 
 
 @dataclass(frozen=True)
@@ -552,6 +777,9 @@ def _pod_templates(doc: dict, api: str, col: _Collector) -> list[_Pod]:
     pods = []
     for field, template, replicas in templates:
         template = _mapping(template, field, col, required=True)
+        pod_meta = _mapping(template.get("metadata"), f"{field}.metadata", col) if template else None
+        if pod_meta is not None:
+            _kubernetes_metadata(pod_meta, f"{field}.metadata", col)
         pod_spec = _mapping(template.get("spec"), f"{field}.spec", col, required=True) if template else None
         if pod_spec is None:
             continue
@@ -587,6 +815,18 @@ class _Gang:
     gpu_products: tuple[str, ...]
     node_pools: tuple[str, ...]
     gpu_memory_min_gb: float | None
+    gpus_from: str
+    """Where the GPU count came from (`Reading.gpus_from`)."""
+    spread: bool = False
+    """Its pods must run on distinct nodes (`_spread`)."""
+
+
+def _job_gang(doc: dict, api: str, per_pod: int | None, col: _Collector) -> tuple[list[_Pod], _Gang]:
+    """The job's pod templates and what they hold in all (`_gang`); `per_pod` is its `gpu_count`."""
+    pods = _pod_templates(doc, api, col)
+    gpus = [_pod_gpus(p.containers, col) for p in pods]
+    cpus = [_pod_cpu(p.containers, col) for p in pods]
+    return pods, _gang(pods, gpus, cpus, per_pod, col)
 
 
 def _gang(
@@ -594,14 +834,27 @@ def _gang(
 ) -> _Gang:
     """Count the job whole: every GPU-holding pod (replicas multiplied out), as one gang.
 
-    The GPU-holding templates are those with a GPU limit; when none has one, the first template's pods
-    hold `per_pod` cards (the `gpu_count` annotation) or one. Pods without cards (a Volcano `ps` task)
-    are not placed by cpn and do not count. The CPU is the holding pods' sum; the constraints are those
-    all holding templates agree on (`_constraints`).
+    The GPU-holding templates are those with a GPU limit (`per_pod`, the `gpu_count` annotation, must
+    then agree with the largest); when none has one, the first template's pods hold `per_pod` cards or
+    one. Pods without cards (a Volcano `ps` task) are not placed by cpn and do not count. The CPU is the
+    holding pods' sum; the constraints are those all holding templates agree on (`_constraints`).
     """
     holding = [(p, g, c) for p, g, c in zip(pods, gpus, cpus, strict=True) if g is not None]
+    gpus_from = f'resources.limits["{GPU_RESOURCE}"] of the pods\' containers'
+    limit = max((g for _, g, _ in holding), default=None)
+    if None not in (limit, per_pod) and limit != per_pod:
+        col.add(
+            "metadata.annotations.gpu_count",
+            f'says {per_pod} GPUs but the pod\'s resources.limits["{GPU_RESOURCE}"] add up to {limit}; '
+            "make them agree or drop the annotation",
+        )
     if not holding and pods:
         holding = [(pods[0], per_pod or 1, cpus[0])]
+        gpus_from = (
+            f"annotation gpu_count: {per_pod} per pod of {pods[0].field}, no {GPU_RESOURCE} limit"
+            if per_pod
+            else f"default: 1 GPU per pod of {pods[0].field}, no {GPU_RESOURCE} limit or gpu_count annotation"
+        )
     sizes = tuple(g for p, g, _ in holding for _ in range(p.replicas))
     if holding and not sizes:
         col.add(f"{holding[0][0].field}", "no pod holds a GPU: every GPU-holding template has 0 replicas")
@@ -622,6 +875,33 @@ def _gang(
         gpu_products=tuple(sorted(products or ())),
         node_pools=tuple(sorted(pools or ())),
         gpu_memory_min_gb=memory,
+        gpus_from=gpus_from,
+        spread=len(sizes) > 1 and any(_spread(pod.spec) for pod, _, _ in holding),
+    )
+
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+"""The node label a pod spread over nodes names as its topology key."""
+
+
+def _spread(pod_spec: dict) -> bool:
+    """Whether a pod asks its job's pods onto distinct nodes: a required pod anti-affinity term or a
+    `DoNotSchedule` topology spread constraint over `kubernetes.io/hostname`. Kept simple: the term is
+    taken to select the job's own pods (its label selector is not read), and any spread constraint to
+    mean one pod per node."""
+    spreads = pod_spec.get("topologySpreadConstraints")
+    if isinstance(spreads, list) and any(
+        isinstance(c, dict)
+        and c.get("topologyKey") == HOSTNAME_LABEL
+        and c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
+        for c in spreads
+    ):
+        return True
+    affinity = pod_spec.get("affinity")
+    anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
+    terms = anti.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(anti, dict) else None
+    return isinstance(terms, list) and any(
+        isinstance(t, dict) and t.get("topologyKey") == HOSTNAME_LABEL for t in terms
     )
 
 

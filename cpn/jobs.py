@@ -8,6 +8,30 @@ from typing import Literal
 
 JobKind = Literal["training", "inference"]
 
+PRECISIONS = {
+    "fp32": "fp32",
+    "tf32": "fp32",
+    "float32": "fp32",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "amp": "fp16",
+    "mixed": "fp16",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+}
+"""Spellings of a training precision (annotation, trace or throughput column) -> precision (empty: fp32)."""
+
+
+def normalise_precision(value: str | None) -> str:
+    """`fp32`, `fp16` or `bf16` from any spelling in PRECISIONS (empty: fp32); ValueError otherwise."""
+    text = (value or "").strip().lower()
+    if not text:
+        return "fp32"
+    if text not in PRECISIONS:
+        raise ValueError(f"column precision: {value!r} is not one of {', '.join(PRECISIONS)} (or empty)")
+    return PRECISIONS[text]
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -42,7 +66,7 @@ class JobSpec:
     """Fraction of a card the job accepts to share (HAMi/MPS style); None = exclusive cards."""
     precision: str = "fp32"
     """Training precision (`precision` annotation): `fp32`, `fp16` (mixed precision, AMP) or `bf16`, as
-    cpn.formats.throughput.normalise_precision spells them; the predictor and the simulator's ground truth
+    normalise_precision spells them; the predictor and the simulator's ground truth
     read the throughput of that precision."""
     arrival_s: float = 0.0
     """Arrival time: in a trace, seconds from its start; in the queue policies see, when the store accepted
@@ -57,9 +81,21 @@ class JobSpec:
     pod_gpus: tuple[int, ...] = ()
     """Cards of each GPU-holding pod (replicas multiplied out: a Volcano Job of 3 one-GPU workers is
     (1, 1, 1)); empty = one pod of `num_gpus` cards."""
+    spread: bool = False
+    """Its pods must run on distinct nodes (the manifest's required pod anti-affinity or topology spread
+    over `kubernetes.io/hostname`); False = they may share a node (packed)."""
+    duration_s: float | None = None
+    """How long a service (an inference job) runs before it is deleted, as a trace gives it (the simulator
+    deletes it then); None = until someone deletes it. Training jobs end by themselves and have none."""
     manifest: str = field(default="", compare=False, repr=False)
     """The Kubernetes documents the job was accepted from (YAML): the workload, then the objects submitted
     with it (the Service of a Deployment); submitted unchanged but for placement."""
+
+    @property
+    def is_service(self) -> bool:
+        """Whether the job is a service (an inference Deployment): it runs until deleted or scaled down, so
+        it needs no runtime estimate to be placed and its cards have no predicted end."""
+        return self.kind == "inference"
 
     def __post_init__(self) -> None:
         # Stored specs come back from JSON with lists; keep the spec hashable and equal to the original.
@@ -80,21 +116,48 @@ class JobState(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SCHEDULE_FAILED = "schedule-failed"
+    CANCELLED = "cancelled"
+    """Someone cancelled it (`DELETE /jobs/{ns}/{name}`, `cpn job cancel`): it left the queue, or the
+    scheduler deleted it from its cluster; its end is never a completed run."""
 
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.QUEUED: frozenset({JobState.ASSIGNED, JobState.SCHEDULE_FAILED}),
-    JobState.ASSIGNED: frozenset({JobState.MIGRATING, JobState.SUBMITTED, JobState.QUEUED, JobState.FAILED}),
-    JobState.MIGRATING: frozenset({JobState.SUBMITTED, JobState.QUEUED, JobState.FAILED}),
-    JobState.SUBMITTED: frozenset({JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.QUEUED}),
+    JobState.QUEUED: frozenset({JobState.ASSIGNED, JobState.SCHEDULE_FAILED, JobState.CANCELLED}),
+    JobState.ASSIGNED: frozenset(
+        {JobState.MIGRATING, JobState.SUBMITTED, JobState.QUEUED, JobState.FAILED, JobState.CANCELLED}
+    ),
+    JobState.MIGRATING: frozenset({JobState.SUBMITTED, JobState.QUEUED, JobState.FAILED, JobState.CANCELLED}),
+    JobState.SUBMITTED: frozenset(
+        {JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.QUEUED, JobState.CANCELLED}
+    ),
     # A run killed for its memory goes back to the queue, to a card with more (re-planning).
-    JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.QUEUED}),
+    JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.QUEUED, JobState.CANCELLED}),
     # A job no placement could satisfy may be retried once capacity changes.
-    JobState.SCHEDULE_FAILED: frozenset({JobState.QUEUED}),
+    JobState.SCHEDULE_FAILED: frozenset({JobState.QUEUED, JobState.CANCELLED}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
 }
 """Allowed moves. Anything else is a bug and the job store refuses it."""
+
+
+FINISHED = frozenset(state for state, moves in TRANSITIONS.items() if not moves)
+"""The terminal states: a job in one has ended for good (cancelling it changes nothing)."""
+ON_CLUSTER = frozenset({JobState.ASSIGNED, JobState.MIGRATING, JobState.SUBMITTED, JobState.RUNNING})
+"""States in which a job is, or is being put, on a cluster: cancelling it takes the scheduler, which
+deletes it there (cpn.engine.scheduler.Scheduler.cancel)."""
+
+
+class Cause(StrEnum):
+    """Why a transition happened, as data stored with it: what is counted (a job's retries) is counted
+    from this code, never from the wording of the transition's reason, which is written for people."""
+
+    NONE = ""
+    """Nothing counted: the reason says what happened."""
+    OOM_KILLED = "oom-killed"
+    """The run was killed for exceeding its GPU memory (queued again on larger cards, or failed)."""
+    MIGRATION_FAILED = "migration-failed"
+    """A copy of the job's image and data to another cluster failed (queued again, or failed)."""
 
 
 class IllegalTransition(ValueError):

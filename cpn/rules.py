@@ -37,6 +37,9 @@ EXCLUSIVE_REASON = "explore: whole cards for a model the predictor has not seen"
 SHARE_EPS = 1e-9
 """Slack when adding card shares, so that 0.1 + 0.2 + 0.7 still fits on one card."""
 
+MEMORY_MARGIN_GB = 0.01
+"""A job OOM-killed on cards of X GB is held as needing X + this, so that only larger cards take it."""
+
 
 def untolerated_taint(node: Node, kind: JobKind) -> Taint | None:
     """The first taint of `node` that keeps jobs of `kind` off it, or None."""

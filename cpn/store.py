@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -24,9 +25,9 @@ from typing import Literal, get_args, get_type_hints
 
 from cpn.clock import Clock, WallClock
 from cpn.decisions import Waiting
-from cpn.jobs import JobSpec, JobState, check_transition
+from cpn.jobs import FINISHED, ON_CLUSTER, Cause, IllegalTransition, JobSpec, JobState, check_transition
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 6
 """Stored in SQLite's `user_version`; a store written by a newer schema is refused, an older one upgraded."""
 
 _SCHEMA = (
@@ -59,9 +60,22 @@ _SCHEMA = (
         cluster    TEXT,
         node       TEXT,
         gpu_mem_gb REAL,                   -- peak GPU memory per card the cluster measured, if any
-        log_tail   TEXT NOT NULL DEFAULT '' -- a failed run's last pod log lines, as the gateway bounds them
+        log_tail   TEXT NOT NULL DEFAULT '', -- a failed run's last pod log lines, as the gateway bounds them
+        cause      TEXT NOT NULL DEFAULT '' -- cpn.jobs.Cause: what the transition counts as (retries)
     )""",
     "CREATE INDEX IF NOT EXISTS transitions_by_job ON transitions (job_id, seq)",
+    """CREATE TABLE IF NOT EXISTS scheduler_lease (
+        id         INTEGER PRIMARY KEY CHECK (id = 1),  -- one row: the store has one scheduler at a time
+        holder     TEXT NOT NULL,          -- hostname:pid:purpose of the process that holds it
+        term       INTEGER NOT NULL,       -- +1 whenever another holder takes it over
+        expires_at REAL NOT NULL           -- wall-clock (Unix) time; a released lease has 0
+    )""",
+    # Cancels asked for jobs on a cluster, carried out by the scheduler's next round (Scheduler.cancel).
+    """CREATE TABLE IF NOT EXISTS cancel_requests (
+        job_id       TEXT PRIMARY KEY REFERENCES jobs (job_id),
+        requested_by TEXT NOT NULL,        -- the token's name (cpn.auth.Principal.name)
+        requested_at REAL NOT NULL
+    )""",
 )
 
 _UPGRADES = {
@@ -79,6 +93,13 @@ _UPGRADES = {
         )
     ),
     3: ("ALTER TABLE transitions ADD COLUMN log_tail TEXT NOT NULL DEFAULT ''",),
+    4: (
+        "ALTER TABLE transitions ADD COLUMN cause TEXT NOT NULL DEFAULT ''",
+        # Transitions recorded before the column existed said their cause in the reason's first words.
+        "UPDATE transitions SET cause = 'oom-killed' WHERE reason LIKE 'OOMKilled%'",
+        "UPDATE transitions SET cause = 'migration-failed' WHERE reason LIKE 'migration failed%'",
+    ),
+    5: (),  # the cancel_requests table, created with the schema
 }
 """Statements that bring a store of schema version k to k + 1."""
 
@@ -86,8 +107,8 @@ _JOB_COLUMNS = (
     "spec, state, cluster, node, location, submitted_at, updated_at, placement, "
     "wait_code, wait_detail, predicted_start, first_predicted_start, image, needs_more_than_gb"
 )
-_TRANSITION_COLUMNS = "job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb, log_tail"
-_INSERT_TRANSITION = f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_TRANSITION_COLUMNS = "job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb, log_tail, cause"
+_INSERT_TRANSITION = f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _IN_CHUNK = 500
 """Ids per `IN (...)` query, well under SQLite's limit on bound parameters."""
 
@@ -169,6 +190,30 @@ class Transition:
     """Peak GPU memory per card the cluster measured for the run that just ended; None = not measured."""
     log_tail: str = ""
     """On a failed run's end: the last lines of its pod's log, as the gateway bounded them; '' = none."""
+    cause: Cause = Cause.NONE
+    """What the transition counts as (an OOM kill, a failed migration), as data."""
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    """What `JobStore.cancel` did with one job."""
+
+    job_id: str
+    status: Literal["cancelled", "requested", "finished"]
+    """`cancelled`: it was not on a cluster and is cancelled now; `requested`: it is on a cluster, and the
+    scheduler's next round deletes it there and records it cancelled; `finished`: it had ended already
+    (`state` says how) and nothing changed."""
+    state: JobState
+    """The job's state after the call."""
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """A cancel the scheduler has yet to carry out."""
+
+    job_id: str
+    requested_by: str
+    requested_at: float
 
 
 @dataclass(frozen=True)
@@ -182,6 +227,31 @@ class SubmitOutcome:
 
 class StoreError(RuntimeError):
     """The store file cannot be used (not a cpn store, written by a newer cpn, unreadable)."""
+
+
+class StoreLeased(StoreError):
+    """Another process holds this store's scheduler lease: a second scheduler would fight it over the jobs."""
+
+    def __init__(self, holder: str, expires_at: float) -> None:
+        self.holder = holder
+        self.expires_at = expires_at
+        until = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(expires_at))
+        super().__init__(
+            f"another scheduler holds the job store: {holder}, its lease renewed until {until}; "
+            "stop that process first (a process that died frees the store when its lease expires)"
+        )
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who may schedule from the store: the holder's lease holds until `expires_at` (wall clock)."""
+
+    holder: str
+    """`hostname:pid:purpose` of the process that took it."""
+    term: int
+    """Grows by one whenever a different holder takes the lease, so an older holder's term is stale."""
+    expires_at: float
+    """Unix time after which another process may take it over; 0 once released."""
 
 
 class StoreUnavailable(StoreError):
@@ -246,15 +316,25 @@ class JobStore:
     Safe to share between threads (one connection behind a lock) and between
     processes (SQLite's own locking; writes take the write lock up front, so a
     read-check-write such as `transition` is atomic). Open one JobStore per process.
+    `read_only` opens an existing store file so that SQLite refuses every write (StoreUnavailable,
+    kind `read-only`): a dry run looks at a live store without touching it.
     """
 
-    def __init__(self, path: str | Path, clock: Clock | None = None) -> None:
+    def __init__(self, path: str | Path, clock: Clock | None = None, *, read_only: bool = False) -> None:
         self.path = str(path)
+        self.read_only = read_only
         self._clock = clock or WallClock()
         self._lock = threading.RLock()
         self._listeners: list[Callable[[], None]] = []
+        target = self.path
+        if read_only:
+            if self.path == ":memory:":
+                raise ValueError("read_only needs a store file, not ':memory:'")
+            target = f"{Path(self.path).resolve().as_uri()}?mode=ro"
         try:
-            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            self._db = sqlite3.connect(
+                target, timeout=30, isolation_level=None, check_same_thread=False, uri=read_only
+            )
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot open the job store ({exc}); check the path") from None
         try:
@@ -269,15 +349,23 @@ class JobStore:
             raise
 
     def _prepare(self) -> None:
-        """WAL mode, and the schema, created on first use."""
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        """WAL mode, and the schema, created on first use (a read-only store must be current already)."""
+        if not self.read_only:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path}: job store schema {version} is newer than this cpn's "
                 f"({SCHEMA_VERSION}); upgrade cpn or use another store file"
             )
+        if self.read_only:
+            if version < SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: job store schema {version} is older than this cpn's ({SCHEMA_VERSION}) "
+                    "and cannot be upgraded read-only; open it once for writing (e.g. `cpn run`)"
+                )
+            return
         with self._write() as db:
             if version:
                 for old in range(version, SCHEMA_VERSION):
@@ -355,7 +443,7 @@ class JobStore:
             db.executemany(
                 _INSERT_TRANSITION,
                 [
-                    (job_id, None, JobState.QUEUED.value, now, "accepted", None, None, None, "")
+                    (job_id, None, JobState.QUEUED.value, now, "accepted", None, None, None, "", "")
                     for job_id, *_ in new_jobs
                 ],
             )
@@ -379,6 +467,8 @@ class JobStore:
         placement: Sequence[tuple[str, int]] | None = None,
         image: str | None = None,
         needs_more_than_gb: float | None = None,
+        cause: Cause = Cause.NONE,
+        only_from: frozenset[JobState] | None = None,
     ) -> None:
         """Move a job to `new_state` and record the move, atomically.
 
@@ -393,7 +483,9 @@ class JobStore:
         `placement` is every (node, cards) of the gang (kept like `cluster`; cleared with it). Leaving
         `queued` clears the job's waiting reason. `image` is the reference to run from now on (a
         migration's copy, pinned by digest). `needs_more_than_gb` records an OOM kill's lesson: the job
-        needs more GPU memory per card than this (the largest such lesson is kept).
+        needs more GPU memory per card than this (the largest such lesson is kept). `cause` is what the
+        move counts as (cpn.jobs.Cause), stored with it. `only_from` refuses the move (IllegalTransition)
+        unless the job is in one of those states now.
         """
         new_state = JobState(new_state)
         now = self._clock.now() if at is None else at
@@ -405,6 +497,8 @@ class JobStore:
                 raise UnknownJob(job_id)
             old_state = JobState(row[0])
             check_transition(job_id, old_state, new_state)
+            if only_from is not None and old_state not in only_from:
+                raise IllegalTransition(f"job {job_id} is {old_state}, not {', '.join(sorted(only_from))}")
             gang = None if placement is None else json.dumps([[n, c] for n, c in placement])
             if new_state in (JobState.QUEUED, JobState.SCHEDULE_FAILED):
                 cluster, node, gang = None, None, None
@@ -434,8 +528,61 @@ class JobStore:
             )
             db.execute(
                 _INSERT_TRANSITION,
-                (job_id, old_state.value, new_state.value, now, reason, cluster, node, gpu_mem_gb, log_tail),
+                (
+                    job_id,
+                    old_state.value,
+                    new_state.value,
+                    now,
+                    reason,
+                    cluster,
+                    node,
+                    gpu_mem_gb,
+                    log_tail,
+                    Cause(cause).value,
+                ),
             )
+
+    def cancel(self, job_id: str, by: str) -> CancelOutcome:
+        """Cancel a job on behalf of `by` (who is recorded), atomically; UnknownJob for an unknown id.
+
+        A job that is not on a cluster (queued, schedule-failed) is cancelled at once. One on a cluster
+        (cpn.jobs.ON_CLUSTER) gets a cancel request, kept with the first requester and time, which the
+        scheduler carries out (`cancel_requests`). A finished job is left as it is. Calling it again is
+        harmless: the same outcome, nothing written twice.
+        """
+        off_cluster = frozenset(JobState) - FINISHED - ON_CLUSTER
+        while True:
+            try:
+                self.transition(
+                    job_id, JobState.CANCELLED, reason=f"cancelled by {by}", only_from=off_cluster
+                )
+                return CancelOutcome(job_id, "cancelled", JobState.CANCELLED)
+            except IllegalTransition:
+                pass  # finished, or on a cluster
+            with self._write() as db:
+                (state,) = db.execute("SELECT state FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+                state = JobState(state)
+                if state in FINISHED:
+                    return CancelOutcome(job_id, "finished", state)
+                if state in ON_CLUSTER:
+                    db.execute(
+                        "INSERT OR IGNORE INTO cancel_requests (job_id, requested_by, requested_at) "
+                        "VALUES (?, ?, ?)",
+                        (job_id, by, self._clock.now()),
+                    )
+                    return CancelOutcome(job_id, "requested", state)
+            # queued again between the two transactions (a requeue by the scheduler): cancel it now
+
+    def cancel_requests(self) -> list[CancelRequest]:
+        """Cancel requests of jobs that have not ended yet, oldest first (what the scheduler has to do)."""
+        finished = [s.value for s in FINISHED]
+        rows = self._read(
+            "SELECT r.job_id, r.requested_by, r.requested_at FROM cancel_requests r "
+            f"JOIN jobs j ON j.job_id = r.job_id WHERE j.state NOT IN ({', '.join('?' * len(finished))}) "
+            "ORDER BY r.requested_at, r.job_id",
+            finished,
+        )
+        return [CancelRequest(*row) for row in rows]
 
     def set_waiting(self, waiting: Sequence[Waiting]) -> None:
         """Record why each of these queued jobs waits, and its predicted start, in one transaction.
@@ -455,6 +602,49 @@ class JobStore:
                 "first_predicted_start = COALESCE(first_predicted_start, ?) WHERE job_id = ? AND state = ?",
                 rows,
             )
+
+    def acquire_lease(self, holder: str, ttl_s: float) -> int:
+        """Take the scheduler lease for `ttl_s` seconds and return its term.
+
+        Raises StoreLeased while another holder's lease is unexpired. Taking one's own lease
+        again renews it and keeps its term; taking over another's (expired or released) lease
+        starts a new term.
+        """
+        _check_ttl(ttl_s)
+        now = time.time()
+        with self._write() as db:
+            row = db.execute("SELECT holder, term, expires_at FROM scheduler_lease WHERE id = 1").fetchone()
+            if row is not None and row[0] != holder and row[2] > now:
+                raise StoreLeased(row[0], row[2])
+            term = 1 if row is None else row[1] if row[0] == holder else row[1] + 1
+            db.execute(
+                "INSERT OR REPLACE INTO scheduler_lease (id, holder, term, expires_at) VALUES (1, ?, ?, ?)",
+                (holder, term, now + ttl_s),
+            )
+        return term
+
+    def renew_lease(self, holder: str, term: int, ttl_s: float) -> bool:
+        """Extend the lease to `ttl_s` seconds from now; False if `holder` no longer holds it in `term`."""
+        _check_ttl(ttl_s)
+        with self._write() as db:
+            renewed = db.execute(
+                "UPDATE scheduler_lease SET expires_at = ? WHERE id = 1 AND holder = ? AND term = ?",
+                (time.time() + ttl_s, holder, term),
+            ).rowcount
+        return renewed == 1
+
+    def release_lease(self, holder: str, term: int) -> None:
+        """Give the lease up now if `holder` still holds it in `term`; the next holder gets a new term."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE scheduler_lease SET expires_at = 0 WHERE id = 1 AND holder = ? AND term = ?",
+                (holder, term),
+            )
+
+    def lease(self) -> Lease | None:
+        """The latest scheduler lease, expired or not; None if no process ever took one."""
+        rows = self._read("SELECT holder, term, expires_at FROM scheduler_lease WHERE id = 1")
+        return Lease(*rows[0]) if rows else None
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call `listener()` after every committed `submit` that queued a new job (e.g. to wake a loop)."""
@@ -558,6 +748,11 @@ class JobStore:
         return counts
 
 
+def _check_ttl(ttl_s: float) -> None:
+    if not ttl_s > 0:
+        raise ValueError(f"ttl_s must be a positive number of seconds, not {ttl_s!r}")
+
+
 def _encode(spec: JobSpec) -> str:
     """Canonical JSON of a spec: sorted keys, whole numbers in float fields written as floats.
 
@@ -632,7 +827,7 @@ def _record(row: tuple) -> JobRecord:
 
 
 def _transition(row: tuple) -> Transition:
-    job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb, log_tail = row
+    job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb, log_tail, cause = row
     return Transition(
         job_id,
         JobState(from_state) if from_state else None,
@@ -643,4 +838,5 @@ def _transition(row: tuple) -> Transition:
         node,
         gpu_mem_gb,
         log_tail,
+        Cause(cause),
     )

@@ -2,8 +2,8 @@
 
 collect-metrics (the clusters' Prometheus) -> generated manifests through intake -> (predictor estimates:
 ingest-benchmarks, the GPU scores) -> estimates ->
-scheduling rounds driven by the replay (cpn.engine.replay), each stage of a round a task of the
-schedule-round flow (flows.schedule.run_round: collect, track-completions, snapshot-and-estimates,
+scheduling rounds driven by the replay (cpn.sim.replay), each stage of a round a task of the
+schedule-round flow (flows.schedule.run_round: collect, track-completions, cancel, snapshot-and-estimates,
 optimise, publish-decisions, assign, migrate, submit, record-waiting) -> completion feedback -> with
 predictor estimates, retrain-predictor on the measured runs -> report.
 """
@@ -23,9 +23,9 @@ from config.settings import DEMO_DIR
 from cpn.bench.report import format_summary
 from cpn.bootstrap import build_simulation
 from cpn.engine.explore import RuntimeCheck, held_out_model, table_without
-from cpn.engine.replay import arrivals_from_jobs, replay
 from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
+from cpn.sim.replay import arrivals_from_jobs, replay
 from flows.benchmarks import ingest_benchmarks
 from flows.metrics import collect_metrics
 from flows.schedule import run_round
@@ -64,17 +64,17 @@ class Rounds:
         if now >= self._next_at:
             self._next_at = now + self.every_s
             self.as_tasks += 1
-            r = run_round(self.scheduler)
-            placed, rejected = r["placed"], r["rejected"]
-            queued = r["pending"] - placed - rejected
+            result = run_round(self.scheduler)
         else:
             self.in_one_call += 1
             result = self.scheduler.round()
-            placed = result.placed + result.migrating + result.submit_refused
-            rejected, queued = result.rejected, result.pending_after
-        if placed or rejected:
+        if result.decided or result.rejected:
             self.logger.info(
-                "t=%8.0fs placed %d, rejected %d, still queued %d", now, placed, rejected, queued
+                "t=%8.0fs placed %d, rejected %d, still queued %d",
+                now,
+                result.decided,
+                result.rejected,
+                result.pending_after,
             )
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from config.benchmarks import BENCHMARKS_YAML
 from config.runtime import runtime_settings
 from config.settings import DEMO_DIR
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
@@ -50,7 +49,7 @@ def retrain(
     store_path = Path(store) if store else settings.store_path
     uri = tracking_uri or settings.mlflow_uri
     if benchmarks is None:
-        benchmarks = str(settings.benchmarks_path if settings.benchmarks_path.exists() else BENCHMARKS_YAML)
+        benchmarks = str(settings.predictor_benchmarks)
     schedule = RetrainSchedule(every_completions, every_s)
     profile = load_settings(config_dir or str(DEMO_DIR))
     if store_path.exists():

@@ -2,6 +2,12 @@
 
 The deployment runs it on an interval and from the Prefect UI with parameters: the policy, a dry run
 (decide and publish the table, change nothing) and a subset of clusters to place on.
+
+The round is `Scheduler.round`'s own: `run_stages` (cpn/engine/scheduler.py) gives the stages and
+their order, and `TaskStages` runs each as its task. A run rebuilds the service `cpn run` builds from
+the store and the simulated clusters' journal beside it, so it decides as `cpn run` would. A run that
+is not dry takes the store's scheduler lease first, so it is refused, naming the holder, while `cpn
+run` (or another run) schedules the store; a dry run opens the store read-only and writes nothing.
 """
 
 from __future__ import annotations
@@ -12,52 +18,77 @@ from prefect import flow, get_run_logger
 from prefect.utilities.annotations import quote
 
 from config.settings import DEMO_DIR
-from cpn.engine.scheduler import Scheduler
+from cpn.adapters.gateway import JobEvent
+from cpn.decisions import Decision, Placement, Snapshot
+from cpn.engine.scheduler import RoundResult, Scheduler, run_stages
+from tasks import schedule as stage
 from tasks.config import load_settings
-from tasks.schedule import (
-    assign,
-    collect,
-    decide,
-    migrate,
-    publish_decisions,
-    record_waiting,
-    snapshot,
-    submit,
-    track_completions,
-)
 from tasks.service import open_service
 
 
-def run_round(scheduler: Scheduler, dry_run: bool = False, clusters: Sequence[str] = ()) -> dict:
-    """Run every stage of one round as its own task; returns what the round did.
+class TaskStages:
+    """The Scheduler's stages, each run as its Prefect task; collect also emits the completions, and
+    decide publishes the decision table.
 
-    The snapshot, the decision and the events go to the tasks `quote`d: Prefect would otherwise walk
-    every job, node and estimate in them looking for futures, which cost more than the round itself
-    (2 minutes instead of seconds over the demo's 218 rounds).
+    What goes to the tasks is `quote`d: Prefect would otherwise walk every job, node and estimate in
+    a snapshot or decision looking for futures, which cost more than the round itself (2 minutes
+    instead of seconds over the demo's 218 rounds).
     """
-    events = collect(scheduler)
-    completed = track_completions(quote(events))
-    view = snapshot(scheduler)
-    decision, solve_s = decide(scheduler, quote(view), tuple(clusters))
-    publish_decisions(quote(view), quote(decision), solve_s, dry_run)
-    result = {
-        "time": view.now,
-        "events": len(events),
-        "completed": completed,
-        "pending": len(view.pending),
-        "placed": len(decision.placements),
-        "rejected": len(decision.rejections),
-        "solve_s": solve_s,
-        "submitted": 0,
-        "migrating": 0,
-        "refused": 0,
-    }
-    if dry_run:
-        return result
-    to_migrate, to_submit = assign(scheduler, quote(decision))
-    result["migrating"] = migrate(scheduler, to_migrate)
-    result["submitted"], result["refused"] = submit(scheduler, to_submit)
-    record_waiting(scheduler, quote(decision))
+
+    def __init__(self, scheduler: Scheduler, dry_run: bool, clusters: Sequence[str]) -> None:
+        self.scheduler = scheduler
+        self.dry_run = dry_run
+        self.clusters = tuple(clusters)
+        self.completed = 0
+        """Succeeded jobs the collect stage reported."""
+        self.solve_s = 0.0
+        """Seconds the policy took to decide."""
+
+    def collect(self) -> list[JobEvent]:
+        events = stage.collect(self.scheduler)
+        self.completed = stage.track_completions(quote(events))
+        return events
+
+    def cancel(self) -> int:
+        return stage.cancel(self.scheduler)
+
+    def snapshot(self) -> Snapshot:
+        return stage.snapshot(self.scheduler)
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        decision, self.solve_s = stage.decide(self.scheduler, quote(snapshot), self.clusters)
+        stage.publish_decisions(quote(snapshot), quote(decision), self.solve_s, self.dry_run)
+        return decision
+
+    def assign(self, decision: Decision) -> tuple[list[Placement], list[Placement]]:
+        return stage.assign(self.scheduler, quote(decision))
+
+    def migrate(self, placements: list[Placement]) -> int:
+        return stage.migrate(self.scheduler, placements)
+
+    def submit(self, placements: list[Placement]) -> tuple[int, int]:
+        return stage.submit(self.scheduler, placements)
+
+    def record_waiting(self, decision: Decision) -> int:
+        return stage.record_waiting(self.scheduler, quote(decision))
+
+
+def run_round(scheduler: Scheduler, dry_run: bool = False, clusters: Sequence[str] = ()) -> RoundResult:
+    """One round with every stage its own task (a dry run: snapshot, decide, publish); returns what it did."""
+    stages = TaskStages(scheduler, dry_run, clusters)
+    result = run_stages(stages, dry_run=dry_run)
+    get_run_logger().info(
+        "round%s: %d pending, %d placed (%d submitted, %d migrating), %d rejected, %d completed; "
+        "policy solved in %.3f s",
+        " (dry run)" if dry_run else "",
+        result.pending,
+        result.decided,
+        result.placed,
+        result.migrating,
+        result.rejected,
+        stages.completed,
+        stages.solve_s,
+    )
     return result
 
 
@@ -66,25 +97,22 @@ def schedule_round(
     policy: str | None = None,
     dry_run: bool = False,
     clusters: list[str] | None = None,
-    estimates: str = "oracle",
+    estimates: str = "champion",
     config_dir: str | None = None,
-) -> dict:
+) -> RoundResult:
     """One round on the clusters of `config_dir` (default: the built-in demo profile) over the job store
     of this cpn home ($CPN_HOME).
 
-    `policy` overrides the profile's; `dry_run` decides and publishes the decision table without
-    assigning, migrating or submitting anything; `clusters` limits placement to those clusters;
-    `estimates` names the estimate source (oracle, noisy:SIGMA, predictor, champion).
+    `policy` overrides the profile's; `dry_run` only reads: it decides and publishes the decision table,
+    with the store opened read-only and nothing reconciled, collected, assigned, migrated or submitted;
+    `clusters` limits placement to those clusters; `estimates` names the estimate source: champion (the
+    registered model, trained first if this home's MLflow store has none), predictor, or oracle or
+    noisy:SIGMA (simulated clusters only). A run that is not dry fails with StoreLeased, naming the holder,
+    while another process (`cpn run`) schedules the store.
     """
     profile = load_settings(config_dir or str(DEMO_DIR))
-    service = open_service(profile, policy, estimates)
+    service = open_service(profile, policy, estimates, dry_run=dry_run)
     try:
-        result = run_round(service.scheduler, dry_run=dry_run, clusters=clusters or ())
+        return run_round(service.scheduler, dry_run=dry_run, clusters=clusters or ())
     finally:
         service.close()
-    get_run_logger().info(
-        "round: %(pending)d pending, %(placed)d placed (%(submitted)d submitted, %(migrating)d migrating), "
-        "%(rejected)d rejected, %(completed)d completed; policy solved in %(solve_s).3f s",
-        result,
-    )
-    return result

@@ -1,11 +1,6 @@
-"""Evaluation that cannot flatter itself: the same folds for every estimator, three splits.
-
-- `random`: configurations (model, batch size, GPU type, GPU count) split into 5 folds
-  at random; every row of a configuration lands in the same fold.
-- `leave_gpu_out`: each GPU type in turn is held out; its benchmark scores and specs are
-  known (a new GPU is benchmarked before jobs run on it), its throughputs are not.
-- `leave_model_out`: each model in turn is held out (what `explore` is for).
-- `external` (optional): train on all of one table, score on another.
+"""Evaluation that cannot flatter itself: the same folds for every estimator (models.folds: `random`,
+`leave_gpu_out`, `leave_model_out`), and optionally `external`: train on all of one table, score on
+another.
 
 Out-of-fold predictions are pooled per split before scoring. Metrics: MAPE and median
 absolute percentage error of steps/s (fractions: 0.1 = 10%), R^2 of log steps/s
@@ -15,7 +10,6 @@ largest rows), and MAPE per GPU type.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,20 +17,15 @@ from typing import Any
 
 import numpy as np
 from sklearn.metrics import mean_absolute_percentage_error, r2_score
-from sklearn.model_selection import GroupKFold, LeaveOneGroupOut
 
 from cpn.formats.throughput import ThroughputRow
 from models.benchmarks import BenchmarkCatalog
-from models.estimators import Estimator, Prediction, make_estimator
-from models.features import PredictorInputError, Query, model_key, query_of, workload_key
+from models.estimators import Prediction, make_estimator
+from models.features import PredictorInputError, Query
+from models.folds import SPLITS, folds, out_of_fold, predict_rows, skip_reason
 from models.memory import leave_gpu_out as memory_leave_gpu_out
+from models.predictor import calibration_from, fit_predictor, log_errors, served_spread
 
-log = logging.getLogger(__name__)
-
-SPLITS = ("random", "leave_gpu_out", "leave_model_out")
-"""Splits every evaluation reports."""
-
-RANDOM_FOLDS = 5
 DEFAULT_ESTIMATOR = "rf"
 
 
@@ -54,66 +43,6 @@ class Target:
     def met(self) -> bool:
         """True if the value is within the limit (and not below `low`)."""
         return self.value <= self.limit and (self.low is None or self.value >= self.low)
-
-
-def config_key(row: ThroughputRow) -> tuple[str, int | None, str, int]:
-    """What makes two rows the same configuration."""
-    return workload_key(row.model, row.precision), row.batch_size, row.gpu_type, row.num_gpus
-
-
-def folds(
-    rows: Sequence[ThroughputRow], split: str, seed: int = 0, max_folds: int | None = None
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(train indices, test indices) of each fold; empty when the data cannot support the split.
-
-    scikit-learn's splitters: `random` is GroupKFold (shuffled) over configurations, the others
-    LeaveOneGroupOut over GPU types or models, or, with `max_folds` and more groups than that,
-    GroupKFold (shuffled) holding out several groups per fold.
-    """
-    if skip_reason(rows, split) is not None:
-        return []
-    X = np.zeros((len(rows), 1))
-    if split == "random":
-        keys = {k: i for i, k in enumerate(sorted({config_key(r) for r in rows}, key=repr))}
-        groups = np.array([keys[config_key(r)] for r in rows])
-        splitter = GroupKFold(n_splits=RANDOM_FOLDS, shuffle=True, random_state=seed)
-    else:
-        groups = np.array([r.gpu_type if split == "leave_gpu_out" else model_key(r.model) for r in rows])
-        splitter = LeaveOneGroupOut()
-        if max_folds is not None and len(set(groups)) > max_folds:
-            splitter = GroupKFold(n_splits=max_folds, shuffle=True, random_state=seed)
-    return list(splitter.split(X, groups=groups))
-
-
-def skip_reason(rows: Sequence[ThroughputRow], split: str) -> str | None:
-    """Why `split` cannot be run on `rows` (None if it can): what it needs and what the data has."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-    if split == "random":
-        n = len({config_key(r) for r in rows})
-        if n < RANDOM_FOLDS:
-            return f"needs >= {RANDOM_FOLDS} distinct configurations, the data has {n}"
-        return None
-    what, values = {
-        "leave_gpu_out": ("GPU types", {r.gpu_type for r in rows}),
-        "leave_model_out": ("models", {model_key(r.model) for r in rows}),
-    }[split]
-    if len(values) < 2:
-        return f"needs >= 2 {what}, the data has {len(values)} ({', '.join(sorted(values)) or 'none'})"
-    return None
-
-
-def predict_rows(est: Estimator, rows: Sequence[ThroughputRow]) -> Prediction:
-    """Predictions for measured rows; a row the estimator cannot take is named (file:line) in the error."""
-    try:
-        return est.predict([query_of(r) for r in rows])
-    except PredictorInputError:
-        for r in rows:
-            try:
-                est.predict([query_of(r)])
-            except PredictorInputError as exc:
-                raise PredictorInputError(f"{r.source or r}: {exc}") from None
-        raise
 
 
 def metrics(actual: np.ndarray, prediction: Prediction, gpu_types: Sequence[str]) -> dict[str, Any]:
@@ -146,8 +75,6 @@ def calibrated_coverage(
     """Share of out-of-fold rows within the spread as the served Predictor states it (per-kind scales,
     models.predictor), each fold's scales calibrated on the *other* folds' errors only: how well the
     calibration carries to data it has not seen (None if there is a single fold)."""
-    from models.predictor import calibration_from, log_errors, served_spread
-
     splits = folds(rows, split, seed)
     if len(splits) < 2 or prediction.kind is None:
         return None
@@ -159,29 +86,6 @@ def calibrated_coverage(
         scale, floor = calibration_from(errors[others], raw[others], kinds[others])
         inside[test] = errors[test] <= served_spread(raw[test], kinds[test], scale, floor)
     return float(inside.mean())
-
-
-def out_of_fold(
-    rows: Sequence[ThroughputRow],
-    catalog: BenchmarkCatalog,
-    estimator: str,
-    split: str,
-    seed: int = 0,
-    params: dict[str, Any] | None = None,
-    max_folds: int | None = None,
-) -> Prediction | None:
-    """Prediction of every row by a model that never saw it; None if the split is impossible."""
-    splits = folds(rows, split, seed, max_folds)
-    if not splits:
-        return None
-    mean, spread, seen = np.empty(len(rows)), np.empty(len(rows)), np.empty(len(rows), dtype=bool)
-    kind = np.zeros(len(rows), dtype=np.int64)
-    for i, (train, test) in enumerate(splits, start=1):
-        log.info("%s, %s: fold %d of %d (%d rows held out)", estimator, split, i, len(splits), len(test))
-        est = make_estimator(estimator, catalog, seed, **(params or {})).fit([rows[i] for i in train])
-        p = predict_rows(est, [rows[i] for i in test])
-        mean[test], spread[test], seen[test], kind[test] = p.log_steps_per_sec, p.log_spread, p.seen, p.kind
-    return Prediction(mean, spread, seen, kind)
 
 
 def prediction_ms(
@@ -215,8 +119,6 @@ def timing(
 ) -> tuple[float, float, float]:
     """(seconds to train a served Predictor on all rows, spread calibration included; ms of its first
     call on 1,000 pairs; ms of its best of 5 later calls on them): see prediction_ms."""
-    from models.predictor import fit_predictor
-
     start = time.perf_counter()
     predictor = fit_predictor(rows, catalog, estimator, seed=seed, **(params or {}))
     train_s = time.perf_counter() - start

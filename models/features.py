@@ -2,7 +2,9 @@
 
 A query is one (model, batch size, GPU type, GPU count) configuration, the inputs a
 job's annotations give (`model_name`, batch size, GPU count) plus the GPU type it might
-run on. The predictor learns log steps/s *relative to an analytical prior*:
+run on. Models are told apart by the domain's key (cpn.model_names.model_key: `ResNet-50`,
+`resnet50` and `resnet_50` are one model), as the simulator and the oracle tell them. The
+predictor learns log steps/s *relative to an analytical prior*:
 
     prior = ref(model, batch) + log speed(GPU) + log num_gpus
 
@@ -47,7 +49,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from cpn.formats.throughput import ThroughputRow, ThroughputTable, normalise_precision
+from cpn.formats.throughput import ThroughputRow, ThroughputTable
+from cpn.jobs import normalise_precision
+from cpn.model_names import ModelNameError, model_key
 from models.benchmarks import BenchmarkCatalog, GpuProfile
 from models.physical import PhysicalPrior, log_batch_of
 
@@ -98,17 +102,6 @@ class PredictorInputError(ValueError):
     """A query or a training row the predictor cannot use; the message says which and why."""
 
 
-@lru_cache(maxsize=4096)
-def model_key(name: str) -> str:
-    """Key of a model name: lower case, letters and digits only (`ResNet-50` -> `resnet50`)."""
-    if not isinstance(name, str):
-        raise PredictorInputError(f"model name must be a string, got {name!r}")
-    key = "".join(ch for ch in name.lower() if ch.isalnum())
-    if not key:
-        raise PredictorInputError(f"model name {name!r} has no letters or digits")
-    return key
-
-
 def _positive_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise PredictorInputError(f"{what} must be a positive integer, got {value!r}")
@@ -130,11 +123,11 @@ class Query:
     """Training precision (`fp32`, `fp16`, `bf16`; other spellings as the throughput table reads them)."""
 
     def __post_init__(self) -> None:
-        model_key(self.model)
         try:
             object.__setattr__(self, "precision", normalise_precision(self.precision))
         except ValueError as exc:
             raise PredictorInputError(f"{self.model}: {exc}") from None
+        workload_key(self.model, self.precision)
         if self.batch_size is not None:
             _positive_int(self.batch_size, f"{self.model}: batch_size")
         _positive_int(self.num_gpus, f"{self.model}: num_gpus")
@@ -151,9 +144,13 @@ def query_of(row: ThroughputRow) -> Query:
 
 @lru_cache(maxsize=4096)
 def workload_key(model: str, precision: str = "fp32") -> str:
-    """What the predictor learns one throughput curve for: the model, and its precision unless fp32
-    (`resnet50`, `resnet50@fp16`): mixed precision changes how a model's speed moves with the card."""
-    key = model_key(model)
+    """What the predictor learns one throughput curve for: the model (cpn.model_names.model_key), and its
+    precision unless fp32 (`resnet50`, `resnet50@fp16`): mixed precision changes how a model's speed moves
+    with the card. PredictorInputError for a name that names no model."""
+    try:
+        key = model_key(model)
+    except ModelNameError as exc:
+        raise PredictorInputError(str(exc)) from None
     return key if precision == "fp32" else f"{key}@{precision}"
 
 

@@ -47,8 +47,9 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.stats import kendalltau
 
-from cpn.engine.queue_view import MEMORY_MARGIN_GB
-from cpn.formats.throughput import ThroughputRow, normalise_precision
+from cpn.formats.throughput import ThroughputRow
+from cpn.jobs import normalise_precision
+from cpn.rules import MEMORY_MARGIN_GB
 from models.features import PredictorInputError, workload_key
 
 if TYPE_CHECKING:

@@ -31,13 +31,17 @@ import numpy as np
 from cpn.decisions import Estimate
 from cpn.formats.throughput import ThroughputRow
 from cpn.jobs import JobSpec
+from cpn.model_names import model_key
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Estimator, Prediction, make_estimator
-from models.evaluation import out_of_fold
-from models.features import EXTRAPOLATION_KINDS, PredictorInputError, Query, model_key
+from models.features import EXTRAPOLATION_KINDS, PredictorInputError, Query
+from models.folds import out_of_fold
 from models.memory import MemoryModel, MemorySample, card_evidence
 
 log = logging.getLogger(__name__)
+
+_UNSCORED_LOGGED: set[str] = set()
+"""GPU types already logged as unscored by `Predictor.estimates` (once per process, not every round)."""
 
 
 class Predictor:
@@ -127,8 +131,28 @@ class Predictor:
         return out
 
     def estimates(self, jobs: Sequence[JobSpec], gpu_types: Sequence[str]) -> dict[str, dict[str, Estimate]]:
-        """The scheduler's EstimateSource interface (cpn.engine.scheduler): same as estimate_many."""
-        return self.estimate_many(jobs, gpu_types)
+        """The scheduler's EstimateSource interface (cpn.engine.scheduler): estimate_many, leaving out what
+        cannot be estimated, as the oracle does, so that one such job or card does not fail the round: GPU
+        types the benchmarks do not score, and jobs whose steps or configuration cannot be told (an
+        inference service without steps); each logged. Policies place those jobs without a runtime or
+        say why they wait."""
+        known = [g for g in gpu_types if self.catalog.find(g) is not None]
+        unscored = sorted(set(gpu_types) - set(known) - _UNSCORED_LOGGED)
+        if unscored:
+            _UNSCORED_LOGGED.update(unscored)
+            log.warning("no estimates on GPU types the benchmarks do not score: %s", ", ".join(unscored))
+        try:
+            return self.estimate_many(jobs, known)
+        except PredictorInputError:
+            pass
+        out: dict[str, dict[str, Estimate]] = {}
+        for job in jobs:
+            try:
+                out.update(self.estimate_many([job], known))
+            except PredictorInputError as exc:
+                log.warning("no estimate for job %s: %s", job.job_id, exc)
+                out[job.job_id] = {}
+        return out
 
     def estimate_pairs(self, pairs: Sequence[tuple[JobSpec, str, str | None]]) -> list[Estimate]:
         """Estimates of (job, GPU type, node or None) triples, in order."""

@@ -48,8 +48,9 @@ from cpn.formats.throughput import ThroughputRow
 from cpn.jobs import JobSpec
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Prediction
-from models.evaluation import SPLITS, config_key, metrics, out_of_fold, prediction_ms
+from models.evaluation import metrics, prediction_ms
 from models.features import PredictorInputError, Query, query_of
+from models.folds import SPLITS, config_key, out_of_fold
 from models.memory import MemorySample
 from models.predictor import Predictor, fit_predictor
 
@@ -466,6 +467,20 @@ def challenge(
     if mine < theirs:
         return True, f"champion: {versus}"
     return False, f"not champion: {versus}"
+
+
+def champion_version(tracking_uri: str, name: str = REGISTERED_MODEL) -> str | None:
+    """The version that holds the champion alias; None when the store has no champion yet (no such model,
+    or no version took the alias). PredictorUnavailable when the store cannot be read."""
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    try:
+        model = client.get_registered_model(name)
+    except Exception as exc:  # an unreachable store surfaces as many exception types
+        if isinstance(exc, MlflowException) and exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise PredictorUnavailable(f"cannot read the MLflow store {tracking_uri}: {exc}") from exc
+    version = model.aliases.get(CHAMPION)
+    return None if version is None else str(version)
 
 
 class ChampionLoader:

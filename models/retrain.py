@@ -1,10 +1,11 @@
 """Retraining on the benchmark table plus every completed job's measured runtime.
 
-The job store hands completed jobs over as plain `Observation` records; each becomes a
-throughput row (steps/s = total_steps / runtime_s) and, when the job's peak GPU memory
-was measured, a memory sample. `retrain` trains, logs and registers like
-`cpn predictor train`, so the champion rule decides whether the scheduler gets the new
-model. `RetrainSchedule` says when to run it: on a timer and after N new completions.
+The job store hands completed jobs over as `CompletedRun` records (cpn.engine.feedback, the
+one record of a finished run); each becomes a throughput row (steps/s = total_steps /
+runtime_s) and, when the job's peak GPU memory was measured, a memory sample. `retrain`
+trains, logs and registers like `cpn predictor train`, so the champion rule decides whether
+the scheduler gets the new model. `RetrainSchedule` says when to run it: on a timer and
+after N new completions.
 """
 
 from __future__ import annotations
@@ -29,60 +30,35 @@ from models.registry import (
 )
 
 
-@dataclass(frozen=True)
-class Observation:
-    """One completed job as the predictor learns from it."""
-
-    model: str
-    batch_size: int | None
-    gpu_type: str
-    num_gpus: int
-    total_steps: int
-    runtime_s: float
-    """Measured run time, transfer and queueing excluded."""
-    gpu_mem_gb: float | None = None
-    """Measured peak GPU memory per card, if the metrics had it."""
-    precision: str = "fp32"
-    """The job's training precision (`JobSpec.precision`): the row teaches that precision's workload."""
-
-    def __post_init__(self) -> None:
-        query = Query(self.model, self.batch_size, self.gpu_type, self.num_gpus, precision=self.precision)
-        object.__setattr__(self, "precision", query.precision)
-        if (
-            isinstance(self.total_steps, bool)
-            or not isinstance(self.total_steps, int)
-            or self.total_steps < 1
-        ):
-            raise PredictorInputError(
-                f"{self.model}: total_steps must be a positive integer, got {self.total_steps!r}"
-            )
-        if not (
-            isinstance(self.runtime_s, int | float) and math.isfinite(self.runtime_s) and self.runtime_s > 0
-        ):
-            raise PredictorInputError(
-                f"{self.model}: runtime_s must be a positive number, got {self.runtime_s!r}"
-            )
-
-    def row(self) -> ThroughputRow:
-        """The measurement as a throughput-table row (one node: consolidated)."""
-        return ThroughputRow(
-            self.model,
-            self.batch_size,
-            canonical_gpu(self.gpu_type),
-            self.num_gpus,
-            self.total_steps / self.runtime_s,
-            precision=self.precision,
+def training_row(run: CompletedRun) -> ThroughputRow:
+    """The run as a throughput-table row (steps/s = total_steps / runtime_s, one node: consolidated) of
+    the run's precision; PredictorInputError naming the field the predictor cannot learn from."""
+    query = Query(run.model, run.batch_size, run.gpu_type, run.num_gpus, precision=run.precision)
+    if isinstance(run.total_steps, bool) or not isinstance(run.total_steps, int) or run.total_steps < 1:
+        raise PredictorInputError(
+            f"{run.model}: total_steps must be a positive integer, got {run.total_steps!r}"
         )
+    if not (isinstance(run.runtime_s, int | float) and math.isfinite(run.runtime_s) and run.runtime_s > 0):
+        raise PredictorInputError(f"{run.model}: runtime_s must be a positive number, got {run.runtime_s!r}")
+    return ThroughputRow(
+        run.model,
+        run.batch_size,
+        canonical_gpu(run.gpu_type),
+        run.num_gpus,
+        run.total_steps / run.runtime_s,
+        precision=query.precision,
+    )
 
-    def memory_sample(self) -> MemorySample | None:
-        """The measured GPU memory, if any."""
-        if self.gpu_mem_gb is None:
-            return None
-        return MemorySample(self.model, self.batch_size, self.gpu_mem_gb, self.num_gpus, self.precision)
+
+def memory_sample(run: CompletedRun) -> MemorySample | None:
+    """The run's measured peak GPU memory per card as a memory sample; None if it was not measured."""
+    if run.gpu_mem_gb is None:
+        return None
+    return MemorySample(run.model, run.batch_size, run.gpu_mem_gb, run.num_gpus, run.precision)
 
 
 def retrain(
-    observations: Sequence[Observation],
+    runs: Sequence[CompletedRun],
     table: ThroughputTable | Sequence[ThroughputRow],
     catalog: BenchmarkCatalog,
     tracking_uri: str = DEFAULT_TRACKING_URI,
@@ -90,15 +66,15 @@ def retrain(
     data_source: str = "table",
     **options: Any,
 ) -> list[RunResult]:
-    """Train on `table` plus `observations`, log and register each estimator, apply the champion rule.
+    """Train on `table` plus the completed `runs`, log and register each estimator, apply the champion rule.
 
-    `completions_until` (the latest completion time among the observations, job store clock) is
-    recorded on the runs, so that the next retraining can count the completions that came after.
+    `completions_until` (the latest completion time among the runs, job store clock) is
+    recorded on the MLflow runs, so that the next retraining can count the completions that came after.
     `options` go to models.registry.train_and_register (estimators, params, experiment, ...).
     """
-    rows = training_rows(table) + [o.row() for o in observations]
-    memory = [s for s in (o.memory_sample() for o in observations) if s is not None]
-    source = f"{data_source} + {len(observations)} completed jobs"
+    rows = training_rows(table) + [training_row(r) for r in runs]
+    memory = [s for s in (memory_sample(r) for r in runs) if s is not None]
+    source = f"{data_source} + {len(runs)} completed jobs"
     tags = {} if completions_until is None else {COMPLETIONS_UNTIL_TAG: repr(float(completions_until))}
     return train_and_register(
         rows,
@@ -141,20 +117,3 @@ class RetrainSchedule:
             f"last training {age / 3600:.1f} h ago (retrain every {self.every_s / 3600:g} h)"
         )
         return self.due(new, age), why
-
-
-def observations_from_runs(runs: Sequence[CompletedRun]) -> list[Observation]:
-    """The predictor's view of completed jobs from the job store (cpn.engine.feedback)."""
-    return [
-        Observation(
-            r.model,
-            r.batch_size,
-            r.gpu_type,
-            r.num_gpus,
-            r.total_steps,
-            r.runtime_s,
-            r.gpu_mem_gb,
-            r.precision,
-        )
-        for r in runs
-    ]

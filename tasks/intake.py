@@ -6,9 +6,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from config.settings import ClustersConfig
-from cpn.formats import generated
 from cpn.formats.throughput import ThroughputTable
 from cpn.jobs import JobSpec
+from cpn.sim import generated
 
 
 @task(cache_policy=NO_CACHE)

@@ -81,15 +81,15 @@ def retrain_predictor(
 ) -> list[RunResult]:
     """Train `estimators` on the table plus completions; the champion rule decides what serves.
 
-    `splits`: the cross-validated splits logged to MLflow (None: all of models.evaluation.SPLITS).
+    `splits`: the cross-validated splits logged to MLflow (None: all of models.folds.SPLITS).
     """
     from models.benchmarks import BenchmarkCatalog
-    from models.retrain import observations_from_runs, retrain
+    from models.retrain import retrain
 
     options = {} if splits is None else {"splits": splits}
     with predictor_logs_in_prefect():
         return retrain(
-            observations_from_runs(runs),
+            runs,
             table,
             BenchmarkCatalog.load(benchmarks),
             tracking_uri=tracking_uri,

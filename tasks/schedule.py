@@ -1,8 +1,9 @@
 """The stages of one scheduling round, each a Prefect task with its own retries, timeout and timing.
 
-collect (cluster events and finished migrations) -> snapshot (inventory, load, estimates, transfer
-times) -> decide (the policy: the optimiser) -> assign -> migrate -> submit -> record waiting reasons;
-then the round's decision table is published as an artifact and every completed job as an event.
+collect (cluster events and finished migrations) -> cancel -> snapshot (inventory, load, estimates, transfer
+times) -> decide (the policy: the optimiser) -> assign -> migrate -> submit -> record waiting reasons,
+in the order cpn.engine.scheduler.run_stages gives (flows/schedule.py); the round's decision table is
+published as an artifact and every completed job as an event. Each task only calls its Scheduler stage.
 
 Stages that only read the clusters (collect, snapshot) retry with backoff; stages that change them
 (migrate, submit) do not, so that a retry can never start a copy or submit a job twice: the store
@@ -32,11 +33,7 @@ _READ = {"retries": 3, "retry_delay_seconds": [1, 5, 15], "cache_policy": NO_CAC
 @task(name="collect", timeout_seconds=120, **_READ)
 def collect(scheduler: Scheduler) -> list[JobEvent]:
     """Apply the clusters' job events and finished migrations to the store; returns the events."""
-    events = scheduler.gateway.poll_events()
-    scheduler.apply_events(events)
-    if scheduler.migrator is not None:
-        scheduler.apply_migrations(scheduler.migrator.poll())
-    return events
+    return scheduler.collect()
 
 
 @task(name="track-completions", cache_policy=NO_CACHE, timeout_seconds=60)
@@ -51,6 +48,12 @@ def track_completions(events: list[JobEvent]) -> int:
             payload={"time": e.time, "gpu_mem_gb": e.gpu_mem_gb},
         )
     return len(done)
+
+
+@task(name="cancel", timeout_seconds=120, cache_policy=NO_CACHE)
+def cancel(scheduler: Scheduler) -> int:
+    """Delete the jobs someone cancelled from their clusters and record them cancelled; returns how many."""
+    return scheduler.cancel()
 
 
 @task(name="snapshot-and-estimates", timeout_seconds=300, **_READ)

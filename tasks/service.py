@@ -2,35 +2,68 @@
 
 from __future__ import annotations
 
-from prefect import task
+from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import TaskRun
+from prefect.states import State
 
 from config.runtime import runtime_settings
 from config.settings import Profile
 from cpn.bootstrap import Service, build_service
+from cpn.engine.lease import lease_ttl
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
+from cpn.store import StoreLeased
+from tasks.predictor import predictor_logs_in_prefect
 
 
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[2, 10])
+def _not_leased(task: Task, run: TaskRun, state: State) -> bool:
+    """Retry a failed start, unless another process holds the store: that does not pass in seconds."""
+    return not isinstance(state.data, StoreLeased)
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=_not_leased)
 def open_service(
-    profile: Profile, policy: str | None = None, estimates: str = "oracle", time_scale: float = 1.0
+    profile: Profile,
+    policy: str | None = None,
+    estimates: str = "champion",
+    time_scale: float = 1.0,
+    dry_run: bool = False,
 ) -> Service:
     """The live service over this cpn home's job store and the profile's clusters, as `cpn run` builds
     it (simulated clusters where the profile names no real one, resumed from their journal beside the
-    store), brought up to date: journal replayed, store reconciled with what the clusters hold."""
+    store), brought up to date: journal replayed, store reconciled with what the clusters hold.
+    `estimates` names the estimate source (models.sources; the champion by default, trained first if
+    the store has none).
+
+    It holds the store's scheduler lease (StoreLeased, naming the holder, while `cpn run` or another
+    run holds it). A `dry_run` service instead opens the store read-only and writes nothing: no lease,
+    no reconciliation, the journal only read.
+    """
     from models.sources import estimate_source
 
     settings = runtime_settings()
-    settings.store_path.parent.mkdir(parents=True, exist_ok=True)
+    if not dry_run:
+        settings.store_path.parent.mkdir(parents=True, exist_ok=True)
     table = ThroughputTable.load(GAVEL_ISOLATED)
+    with predictor_logs_in_prefect():  # a first champion's training, in the run's logs
+        source = estimate_source(
+            estimates, table, benchmarks=settings.predictor_benchmarks, clusters=profile.clusters
+        )
     service = build_service(
         profile.clusters,
         settings.store_path,
         policy or profile.policy.name,
         table,
-        estimator=estimate_source(estimates, table),
+        estimator=source,
         cpu_threshold=profile.policy.cpu_threshold,
         time_scale=time_scale,
+        read_only=dry_run,
+        purpose="schedule-round",
+        lease_ttl_s=lease_ttl(profile.loop.interval_s),
     )
-    service.start()
+    try:
+        service.start()
+    except BaseException:
+        service.close()
+        raise
     return service

@@ -56,6 +56,12 @@ class ClusterSet:
             raise SubmitRejected(f"no cluster {placement.cluster!r}; known: {', '.join(self._by_cluster)}")
         gateway.submit(job, placement)
 
+    def delete(self, job_id: str) -> None:
+        """Delete the job on whichever gateway holds it (none: nothing to do)."""
+        for gateway in self._distinct:
+            if job_id in gateway.held_jobs():
+                gateway.delete(job_id)
+
     def poll_events(self) -> list[JobEvent]:
         """Every gateway's events, oldest first."""
         events = [event for gateway in self._distinct for event in gateway.poll_events()]

@@ -1,4 +1,4 @@
-"""The cluster-gateway port: inventory, submit, and job events.
+"""The cluster-gateway port: inventory, submit, delete, and job events.
 
 Implemented by the simulated clusters (cpn.sim) and, later, by the Kubernetes
 adapter. One contract test suite runs against every implementation.
@@ -17,6 +17,10 @@ EventKind = Literal["running", "succeeded", "failed"]
 
 OOM_REASON = "OOMKilled"
 """The failure reason of a job killed for exceeding GPU memory, as Kubernetes reports it."""
+
+DELETED_REASON = "deleted"
+"""The reason on the end event of a job `ClusterGateway.delete` removed: a service ends `succeeded` so (it
+runs until deleted), a training job `failed` (it did not finish its steps)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,12 @@ class ClusterGateway(Protocol):
 
     def submit(self, job: JobSpec, placement: Placement) -> None:
         """Start `job` as placed; raise SubmitRejected if the cluster refuses it."""
+        ...
+
+    def delete(self, job_id: str) -> None:
+        """Remove a submitted job from its cluster and free its cards at once; its end follows from
+        `poll_events` (reason DELETED_REASON). A job the clusters do not hold is left alone (deleting is
+        idempotent)."""
         ...
 
     def poll_events(self) -> list[JobEvent]:

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from config.settings import ClustersConfig
 from cpn.adapters.migrator import MigrationDone
-from cpn.engine.transfer import TransferTimes
 from cpn.jobs import JobSpec
+from cpn.transfer import TransferTimes
 
 SKOPEO = "skopeo"
 """The skopeo binary (Debian package `skopeo`)."""

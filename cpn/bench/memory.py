@@ -13,9 +13,9 @@ from pathlib import Path
 
 from config.settings import ClustersConfig
 from cpn.bootstrap import build_service
-from cpn.engine.estimates import OracleEstimates
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.jobs import JobSpec, JobState
+from cpn.sim.estimates import OracleEstimates
 
 _TABLE = ThroughputTable([ThroughputRow("bench-model", 32, "v100", 1, 1.0)])
 _CLUSTERS = ClustersConfig.model_validate(

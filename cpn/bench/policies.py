@@ -19,8 +19,6 @@ from config.settings import DATA_DIR, DEFAULT_CPU_THRESHOLD, ClustersConfig, loa
 from cpn.bench.recorder import RecordingPolicy, solver_summary, start_errors
 from cpn.bench.report import JobTimeline, busy_of, copies_per_job, summarize, timelines
 from cpn.bootstrap import build_simulation
-from cpn.engine.estimates import OracleEstimates
-from cpn.engine.replay import arrivals_from_jobs, replay
 from cpn.engine.scheduler import EstimateSource
 from cpn.formats.gavel_trace import load_gavel_trace
 from cpn.formats.throughput import ThroughputTable
@@ -28,7 +26,9 @@ from cpn.formats.trace_csv import load_trace_csv
 from cpn.inventory import Node, nodes_from_config
 from cpn.jobs import JobSpec, JobState
 from cpn.policies import make_policy
+from cpn.sim.estimates import OracleEstimates
 from cpn.sim.gateway import Execution
+from cpn.sim.replay import arrivals_from_jobs, replay
 
 PEER_FIGURES = DATA_DIR / "gavel" / "peer_figures.csv"
 """Gavel's own simulator's figures on the peer traces (data/gavel/peer/README.md)."""

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from cpn.adapters.gateway import OOM_REASON
 from cpn.bench.plots import Execution, gantt
-from cpn.engine.replay import STUCK_REASON
 from cpn.inventory import Node
-from cpn.jobs import JobState
+from cpn.jobs import Cause, JobState
+from cpn.sim.replay import STUCK_REASON
 from cpn.store import JobStore
 
 LARGE_JOB_GPUS = 4
@@ -78,7 +77,7 @@ def timelines(store: JobStore) -> list[JobTimeline]:
                 ended_at=ended,
                 state=record.state,
                 reason=moves[-1].reason,
-                oom_kills=sum(t.reason.startswith(OOM_REASON) for t in moves),
+                oom_kills=sum(t.cause == Cause.OOM_KILLED for t in moves),
                 copies=tuple(t.cluster or "" for t in moves if t.to_state == JobState.MIGRATING),
             )
         )

@@ -1,7 +1,7 @@
 """`cpn bench solver`: how long an optimising policy's rounds take on generated queues.
 
 A cluster of `gpus` cards (three sites, one GPU type each: K80, P100, V100 on 8-card nodes) and a
-generated queue (cpn.formats.generated, over Gavel's measured configurations) run through the
+generated queue (cpn.sim.generated, over Gavel's measured configurations) run through the
 production scheduler on simulated clusters; the queue is topped up after every round so that `jobs`
 stay queued, and each round's `decide` is timed. The figures are those a round of the live service
 would take on that queue (the scheduler's own bookkeeping excluded).
@@ -16,10 +16,10 @@ from config.policies import PolicySettings
 from config.settings import ClustersConfig
 from cpn.bench.recorder import RecordingPolicy
 from cpn.bootstrap import build_simulation
-from cpn.engine.estimates import OracleEstimates
-from cpn.formats.generated import generate_queue
 from cpn.formats.throughput import ThroughputTable
 from cpn.policies import make_policy
+from cpn.sim.estimates import OracleEstimates
+from cpn.sim.generated import generate_queue
 
 SITES = (
     ("k80", "Tesla-K80", 12.0),

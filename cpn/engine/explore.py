@@ -15,6 +15,7 @@ from cpn.engine.feedback import CompletedRun
 from cpn.engine.scheduler import EstimateSource
 from cpn.formats.throughput import ThroughputTable
 from cpn.jobs import JobSpec
+from cpn.model_names import model_key
 
 LEAST_FREQUENT = "least-frequent"
 """Choose the queue's least frequent model (ties: the first by name)."""
@@ -22,23 +23,28 @@ LEAST_FREQUENT = "least-frequent"
 
 def held_out_model(jobs: Sequence[JobSpec], choice: str) -> str:
     """The model to leave out of the starting predictor: `choice` itself, or the least frequent model of
-    `jobs` when `choice` is LEAST_FREQUENT. ValueError when no job of `jobs` runs the model named."""
-    counts = Counter(job.model for job in jobs)
+    `jobs` when `choice` is LEAST_FREQUENT (as its first job spells it). Models are counted by key
+    (cpn.model_names.model_key). ValueError when no job of `jobs` runs the model named."""
+    spelt: dict[str, str] = {}
+    for job in jobs:
+        spelt.setdefault(model_key(job.model), job.model)
+    counts = Counter(model_key(job.model) for job in jobs)
     if not counts:
         raise ValueError("held-out model: the queue is empty")
     if choice == LEAST_FREQUENT:
-        return min(counts, key=lambda model: (counts[model], model))
-    if choice not in counts:
+        return spelt[min(counts, key=lambda key: (counts[key], key))]
+    if model_key(choice) not in counts:
         raise ValueError(
-            f"held-out model {choice!r}: no job of the queue runs it; the queue has {sorted(counts)} "
+            f"held-out model {choice!r}: no job of the queue runs it; the queue has {sorted(spelt.values())} "
             f"(or use {LEAST_FREQUENT!r})"
         )
     return choice
 
 
 def table_without(table: ThroughputTable, model: str) -> ThroughputTable:
-    """The table less every row of `model` (what a predictor that never saw it trains on)."""
-    return ThroughputTable([r for r in table.rows if r.model != model], table.precision)
+    """The table less every row of `model`, however spelt (what a predictor that never saw it trains on)."""
+    key = model_key(model)
+    return ThroughputTable([r for r in table.rows if model_key(r.model) != key], table.precision)
 
 
 @dataclass(frozen=True)

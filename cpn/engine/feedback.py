@@ -13,7 +13,10 @@ from cpn.store import JobStore
 
 @dataclass(frozen=True)
 class CompletedRun:
-    """One succeeded job: what ran where, and how long it really took (queueing and transfer excluded)."""
+    """One succeeded job: what ran where, and how long it really took (queueing and transfer excluded).
+
+    The one record of a finished run: the explore loop reads it, and the predictor retrains on it
+    (models.retrain turns it into a throughput row and a memory sample)."""
 
     job_id: str
     model: str

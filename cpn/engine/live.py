@@ -3,6 +3,9 @@
 A round runs every `interval_s`, or as soon as something happens: a job arrives (the store's
 listener wakes the loop), or, on simulated clusters, the next simulated event falls due. A stop
 request (SIGINT/SIGTERM in `cpn run`) lets the round in progress finish, then the loop returns.
+
+The scheduler renews the store's scheduler lease every round (cpn.engine.lease): the interval is what
+bounds the time between renewals. Losing the lease to another process ends the loop at once.
 """
 
 from __future__ import annotations
@@ -11,11 +14,25 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
+from cpn.engine.lease import LeaseLost
 from cpn.engine.scheduler import RoundResult, Scheduler
-from cpn.sim.driver import SimDriver
 
 log = logging.getLogger(__name__)
+
+
+class Simulation(Protocol):
+    """Simulated clusters that follow the wall clock (cpn.sim.driver.SimDriver): the engine knows them only
+    through this port, so it never imports the simulator."""
+
+    def catch_up(self) -> float:
+        """Bring the simulated clusters up to now; returns the simulated time."""
+        ...
+
+    def seconds_to_next_event(self) -> float | None:
+        """Wall seconds until the next simulated event; None if none is due."""
+        ...
 
 
 @dataclass
@@ -34,7 +51,7 @@ class LiveLoop:
         self,
         scheduler: Scheduler,
         interval_s: float,
-        simulation: SimDriver | None = None,
+        simulation: Simulation | None = None,
         on_round: Callable[[RoundResult], None] | None = None,
     ) -> None:
         if interval_s <= 0:
@@ -74,11 +91,14 @@ class LiveLoop:
         return result
 
     def run(self) -> LoopStats:
-        """Rounds until `stop`; a round that raises is logged and counted, and the loop goes on."""
+        """Rounds until `stop`; a round that raises is logged and counted, and the loop goes on, except
+        that LeaseLost (another process now schedules the store) is raised at once."""
         while not self._stop.is_set():
             self._wake.clear()
             try:
                 self.run_once()
+            except LeaseLost:
+                raise
             except Exception:
                 self.stats.errors += 1
                 log.exception("scheduling round failed; retrying in %.1f s", self.interval_s)

@@ -8,11 +8,14 @@ threshold sooner.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import replace
 
-from cpn.adapters.metrics import ClusterMetrics, GpuReading, NodeReading
+from cpn.adapters.metrics import ClusterMetrics, GpuReading, MetricsSource, NodeReading
 from cpn.inventory import Node, NodeState
+
+log = logging.getLogger(__name__)
 
 BUSY_MEMORY_GB = 0.25
 """A card with more framebuffer than this in use is busy. An idle card reports a few MiB; a CUDA
@@ -73,3 +76,35 @@ def _free_gb(gpu: GpuReading, node: Node) -> float:
     if gpu.memory_used_gb is not None:
         return node.gpu_memory_gb - gpu.memory_used_gb
     return node.gpu_memory_gb
+
+
+class MeasuredLoad:
+    """Node states adjusted by each cluster's live metrics (`apply_metrics`), sampled every round.
+
+    A cluster whose metrics turn unknown or degraded is scheduled on inventory alone (or on its fresh
+    readings only), and the change is logged once, when it happens.
+    """
+
+    def __init__(self, source: MetricsSource) -> None:
+        self.source = source
+        self.health: dict[str, str] = {}
+
+    def __call__(self, nodes: tuple[NodeState, ...]) -> tuple[NodeState, ...]:
+        sample = self.source.sample()
+        for name, metrics in sample.items():
+            if self.health.get(name, "ok") != metrics.health:
+                level = logging.INFO if metrics.health == "ok" else logging.WARNING
+                fallback = {
+                    "unknown": "; scheduling it on inventory alone",
+                    "degraded": "; fresh readings only",
+                }
+                log.log(
+                    level,
+                    "cluster %s metrics %s%s%s",
+                    name,
+                    metrics.health,
+                    f" ({metrics.detail})" if metrics.detail else "",
+                    fallback.get(metrics.health, ""),
+                )
+            self.health[name] = metrics.health
+        return apply_metrics(nodes, sample)

@@ -2,10 +2,10 @@
 
 `plan` gives the jobs to the policy in one snapshot of the current inventory and renders each placed job
 as the objects its cluster would receive (a ManifestBinder per cluster), each validated as before a real
-submission. What the manifests already say about where a job may run (GPU product, pool, least card
-memory: cpn.rules.constraint_problem) is honoured: a job no node of any cluster satisfies is rejected
-with the reason, estimates on GPU types it may not use are withheld from the policy, and a placement a
-policy makes against them anyway is turned into a wait.
+submission. The verdict is the policy's, as in a scheduling round: what the manifests say about where a
+job may run (GPU product, pool, least card memory) is the admission rule's (cpn.admission), which the
+policies place by, and a job no node of any cluster could ever take is rejected with the reason every
+policy gives in its first round (cpn.policies.placement.Capacity.vet).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from cpn.decisions import Estimate, Snapshot
 from cpn.inventory import NodeState
 from cpn.jobs import JobSpec
 from cpn.policies.base import Policy
-from cpn.rules import job_admission_problem
 
 Outcome = Literal["placed", "waiting", "rejected", "invalid"]
 
@@ -64,32 +63,17 @@ def plan(
     """One decision for `jobs` on `nodes`, in job order; `validate(cluster, obj)` raises on a bad object."""
     estimates = estimates or {}
     transfer_s = transfer_s or {}
-    out: dict[str, PlannedJob] = {}
-    pending = []
-    allowed: dict[str, set[str]] = {}
-    for job in jobs:
-        problems = [job_admission_problem(s.node, job) for s in nodes]
-        if nodes and all(problems):
-            out[job.job_id] = PlannedJob(
-                job.job_id, "rejected", reason=f"no node of any cluster takes it (e.g. {problems[0]})"
-            )
-            continue
-        pending.append(job)
-        allowed[job.job_id] = {s.node.gpu_type for s, p in zip(nodes, problems, strict=True) if p is None}
-    narrowed = {
-        job_id: {gpu: e for gpu, e in row.items() if gpu in allowed.get(job_id, ())}
-        for job_id, row in estimates.items()
-    }
     snapshot = Snapshot(
         now=now,
-        pending=tuple(pending),
+        pending=jobs,
         nodes=nodes,
-        estimates=narrowed,
+        estimates=estimates,
         transfer_s=transfer_s,
         cpu_threshold=cpu_threshold,
     )
-    decision = policy.decide(snapshot) if pending else None
-    specs = {job.job_id: job for job in pending}
+    out: dict[str, PlannedJob] = {}
+    decision = policy.decide(snapshot) if jobs else None
+    specs = {job.job_id: job for job in jobs}
     by_name = {(s.node.cluster, s.node.name): s.node for s in nodes}
     for rejection in decision.rejections if decision else ():
         out[rejection.job_id] = PlannedJob(rejection.job_id, "rejected", reason=rejection.reason)
@@ -98,18 +82,7 @@ def plan(
     for placement in decision.placements if decision else ():
         job = specs[placement.job_id]
         node = by_name[(placement.cluster, placement.node)]
-        problem = next(
-            (
-                p
-                for name, _ in placement.nodes
-                if (p := job_admission_problem(by_name[(placement.cluster, name)], job))
-            ),
-            None,
-        )
-        if problem:
-            out[job.job_id] = PlannedJob(job.job_id, "waiting", code="pool-or-taint", reason=problem)
-            continue
-        estimate = narrowed.get(job.job_id, {}).get(node.gpu_type)
+        estimate = estimates.get(job.job_id, {}).get(node.gpu_type)
         base = PlannedJob(
             job.job_id,
             "placed",

@@ -12,10 +12,8 @@ from dataclasses import replace
 
 from cpn.decisions import shape_of
 from cpn.jobs import JobSpec, JobState
+from cpn.rules import MEMORY_MARGIN_GB
 from cpn.store import Change, JobStore
-
-MEMORY_MARGIN_GB = 0.01
-"""A job OOM-killed on cards of X GB is held as needing X + this, so that only larger cards take it."""
 
 
 def _learned(spec: JobSpec, change: Change) -> JobSpec:

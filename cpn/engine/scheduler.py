@@ -1,16 +1,22 @@
 """One scheduling round, the same for live clusters and the simulator.
 
-A round runs in stages, each a public method so that an orchestrator can run, time and retry
-them one by one (the Prefect flow does):
+A round runs in stages, each a public method, in the one order `run_stages` writes down: `round`
+runs them in one call, the Prefect flow runs each as a task of its own, to time and retry them:
 
 1. `collect`: apply the gateway's job events and the migrator's finished copies to the store
    (idempotent: an event the store already reflects, as after a restart, is skipped);
+   then `cancel`: delete the jobs someone cancelled from their clusters and record them cancelled;
 2. `snapshot`: one frozen Snapshot (queued jobs, node states with live load, estimates, now);
 3. `decide`: the policy's Decision, with a waiting reason for every job it leaves queued;
 4. `assign`: record rejections and assignments, and split placements into those that must first
    migrate and those that can start;
 5. `migrate` and `submit`: start the copies, submit the rest through the gateway;
-6. `record_waiting`: store why each job still waits and when the plan starts it.
+6. `record_waiting`: store why each job still waits and when the plan starts it (in rounds that
+   explain, see `explain_every_s`).
+
+A dry run (`run_stages(..., dry_run=True)`) runs only `snapshot` and `decide`: it writes nothing.
+A scheduler given a `lease` (cpn.engine.lease) renews it before it collects and before it records a
+decision, and stops with LeaseLost once another process holds the store.
 
 `reconcile` runs once at start-up: it settles jobs a crash left between two transitions against
 what the clusters and the migrator say, so a restart loses nothing and submits nothing twice.
@@ -28,8 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Protocol
@@ -39,13 +44,14 @@ from cpn.adapters.gateway import OOM_REASON, ClusterGateway, JobEvent, SubmitRej
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
 from cpn.decisions import Decision, Estimate, Placement, RunningJob, Snapshot, SolverRound, Waiting
+from cpn.engine.lease import SchedulerLease
 from cpn.engine.queue_view import QueueView
-from cpn.engine.transfer import TransferTimes
-from cpn.inventory import NodeState
-from cpn.jobs import IllegalTransition, JobSpec, JobState
+from cpn.inventory import Node, NodeState
+from cpn.jobs import Cause, IllegalTransition, JobSpec, JobState
 from cpn.policies.base import Policy
 from cpn.rules import EXCLUSIVE_REASON, is_sharing
 from cpn.store import JobStore, UnknownJob
+from cpn.transfer import TransferTimes
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,12 @@ NodeLoad = Callable[[tuple[NodeState, ...]], tuple[NodeState, ...]]
 """Adjusts node states by measured load (live GPU memory and CPU in use); see cpn.adapters.metrics."""
 
 _EVENT_STATE = {"running": JobState.RUNNING, "succeeded": JobState.SUCCEEDED, "failed": JobState.FAILED}
+
+
+def _oom_killed(event: JobEvent) -> bool:
+    """Whether the cluster reports the run killed for its memory (Kubernetes' reason, as the gateway
+    passes it on)."""
+    return event.kind == "failed" and event.reason == OOM_REASON
 
 
 def _migrated(m: MigrationDone) -> str:
@@ -98,17 +110,100 @@ class Reconciled:
 
 @dataclass(frozen=True)
 class RoundResult:
-    """What one round did."""
+    """What one round did (a dry run: what it decided, having changed nothing)."""
 
     time: float
+    """The snapshot's time."""
     events: int
+    """Cluster events collected (none in a dry run)."""
     placed: int
+    """Jobs submitted to their cluster."""
     migrating: int
+    """Jobs whose copy to their chosen cluster started."""
     rejected: int
+    """Jobs the policy rejected as unplaceable (recorded as schedule-failed unless dry)."""
     submit_refused: int
+    """Placed jobs a cluster refused at submission."""
     pending_after: int
+    """Jobs still queued after the round."""
     solver: SolverRound | None = None
     """How an optimising policy's solve went (solver, status, objective, gap, time); None for others."""
+    pending: int = 0
+    """Jobs queued when the round took its snapshot."""
+    decided: int = 0
+    """Placements the policy chose: placed + migrating + submit_refused; in a dry run, what it would place."""
+    dry_run: bool = False
+    """Whether the round only decided (nothing collected, recorded, copied or submitted)."""
+    cancelled: int = 0
+    """Jobs on a cluster whose cancel the round carried out (deleted there, recorded cancelled)."""
+
+
+class RoundStages(Protocol):
+    """The stages of a round, as `Scheduler` has them; an orchestrator may wrap each (the Prefect flow
+    runs each as a task) and hand the wrapper to `run_stages`."""
+
+    def collect(self) -> list[JobEvent]:
+        """Stage 1: apply the clusters' events and finished migrations; returns the events."""
+        ...
+
+    def cancel(self) -> int:
+        """Stage 1b: carry out the cancels asked for; returns how many jobs were cancelled."""
+        ...
+
+    def snapshot(self) -> Snapshot:
+        """Stage 2: the frozen view the policy decides on."""
+        ...
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        """Stage 3: the policy's decision."""
+        ...
+
+    def assign(self, decision: Decision) -> tuple[list[Placement], list[Placement]]:
+        """Stage 4: record the decision; returns (placements to migrate first, to submit now)."""
+        ...
+
+    def migrate(self, placements: list[Placement]) -> int:
+        """Stage 5a: start the copies; returns how many."""
+        ...
+
+    def submit(self, placements: list[Placement]) -> tuple[int, int]:
+        """Stage 5b: submit; returns (submitted, refused)."""
+        ...
+
+    def record_waiting(self, decision: Decision) -> int:
+        """Stage 6: store why jobs wait; returns how many reasons changed."""
+        ...
+
+
+def run_stages(stages: RoundStages, dry_run: bool = False) -> RoundResult:
+    """One round: every stage once, in order, each result handed to the next. A dry run takes the
+    snapshot and decides, and stops there: it collects no event and records nothing."""
+    events = [] if dry_run else stages.collect()
+    cancelled = 0 if dry_run else stages.cancel()
+    snapshot = stages.snapshot()
+    decision = stages.decide(snapshot)
+    placed = migrating = refused = 0
+    if not dry_run:
+        to_migrate, to_submit = stages.assign(decision)
+        migrating = stages.migrate(to_migrate)
+        placed, refused = stages.submit(to_submit)
+        if snapshot.explain:
+            stages.record_waiting(decision)
+    rejected = len(decision.rejections)
+    return RoundResult(
+        time=snapshot.now,
+        events=len(events),
+        placed=placed,
+        migrating=migrating,
+        rejected=rejected,
+        submit_refused=refused,
+        pending_after=len(snapshot.pending) - (0 if dry_run else placed + migrating + rejected),
+        solver=decision.solver,
+        pending=len(snapshot.pending),
+        decided=len(decision.placements),
+        dry_run=dry_run,
+        cancelled=cancelled,
+    )
 
 
 class Scheduler:
@@ -132,6 +227,7 @@ class Scheduler:
         node_load: NodeLoad | None = None,
         oom_retries: int = 1,
         explain_every_s: float = 0.0,
+        lease: SchedulerLease | None = None,
     ) -> None:
         if (transfers is None) != (migrator is None):
             raise ValueError("give both transfers and migrator, or neither")
@@ -147,8 +243,11 @@ class Scheduler:
         self.oom_retries = oom_retries
         """How many times an OOM-killed job is queued again before it fails (0: never)."""
         self.explain_every_s = explain_every_s
-        """Ask the policy why jobs wait at most once per this many seconds of wall time (0: every round).
+        """Ask the policy why jobs wait at most once per this many seconds of wall time, as the clock's
+        `monotonic` reads it (0: every round).
         Explaining costs time in proportion to the queue; a replay throttles it, the live service does not."""
+        self.lease = lease
+        """The store's scheduler lease it acts under; None where no other process schedules the store."""
         self._explained_at = -math.inf
         self._running: dict[str, RunningJob] = {}
         """job_id -> predicted end and cards of each running job (bounded by the jobs running)."""
@@ -162,7 +261,15 @@ class Scheduler:
         self._transfer_rows: dict[str, Mapping[str, float]] = {}
         self._transfer_from: dict[str, str] = {}
         self._waiting_written: dict[str, Waiting] = {}
-        """job_id -> the waiting reason last written to the store, so unchanged ones are not rewritten."""
+        """job_id -> the waiting reason last written to the store, so unchanged ones are not rewritten;
+        forgotten when the job leaves the queue (which clears the stored reason), so it gets one again
+        in the round it comes back (a migration's end, a refused submission, an OOM kill)."""
+        self._unvetted: dict[str, None] | None = None
+        """Queued jobs no recorded decision has seen yet (Snapshot.fresh), in arrival order; None = all
+        of them (at start, and after the nodes changed). Emptied when a decision is recorded (`assign`),
+        so a dry run's decision vets nothing for good."""
+        self._node_set: tuple[Node, ...] = ()
+        """The nodes of the latest inventory, to tell when they changed."""
 
     def _move(self, job_id: str, state: JobState, **kw: object) -> bool:
         """Record a reported transition; False (nothing written) when the store already reflects it or
@@ -178,7 +285,7 @@ class Scheduler:
         """Move jobs along as the clusters report them (running, succeeded, failed); an OOM kill
         re-plans the job (see `_replan_oom`)."""
         for event in events:
-            if event.kind == "failed" and event.reason == OOM_REASON and self._replan_oom(event):
+            if _oom_killed(event) and self._replan_oom(event):
                 continue
             self._move(
                 event.job_id,
@@ -187,7 +294,16 @@ class Scheduler:
                 at=event.time,
                 gpu_mem_gb=event.gpu_mem_gb,
                 log_tail=event.log_tail,
+                cause=Cause.OOM_KILLED if _oom_killed(event) else Cause.NONE,
             )
+
+    def _retries(self, job_id: str, cause: Cause) -> int:
+        """How many of the job's recorded transitions were for `cause` (OOM kills, failed copies), counted
+        from the cause stored with each transition; 0 for a job the store does not know."""
+        try:
+            return sum(t.cause == cause for t in self.store.history(job_id))
+        except UnknownJob:
+            return 0
 
     def _replan_oom(self, event: JobEvent) -> bool:
         """Queue an OOM-killed job again, needing more GPU memory per card than the card it died on,
@@ -198,8 +314,7 @@ class Scheduler:
             return False
         if record.state not in (JobState.SUBMITTED, JobState.RUNNING):
             return False  # already reflected (a restarted gateway reporting again)
-        kills = sum(t.reason.startswith(OOM_REASON) for t in self.store.history(event.job_id))
-        if kills >= self.oom_retries:
+        if self._retries(event.job_id, Cause.OOM_KILLED) >= self.oom_retries:
             return False
         card_gb = self._card_gb.get((record.cluster or "", record.node or ""))
         sharing = is_sharing(self._exclusive.get(event.job_id, record.spec))
@@ -213,6 +328,7 @@ class Scheduler:
             at=event.time,
             needs_more_than_gb=learned,
             log_tail=event.log_tail,
+            cause=Cause.OOM_KILLED,
         )
         return True
 
@@ -232,17 +348,44 @@ class Scheduler:
                 )
             else:
                 reason = f"{MIGRATION_FAILED} to {m.cluster}: {m.reason}"
-                failures = sum(t.reason.startswith(MIGRATION_FAILED) for t in self.store.history(m.job_id))
+                failures = self._retries(m.job_id, Cause.MIGRATION_FAILED)
                 state = JobState.FAILED if failures + 1 >= MAX_MIGRATION_FAILURES else JobState.QUEUED
-                self._move(m.job_id, state, reason=reason, at=m.time)
+                self._move(m.job_id, state, reason=reason, at=m.time, cause=Cause.MIGRATION_FAILED)
 
-    def collect(self) -> int:
-        """Stage 1: apply the clusters' events and finished migrations; returns how many events."""
+    def collect(self) -> list[JobEvent]:
+        """Stage 1: apply the clusters' events and finished migrations; returns the events."""
+        if self.lease is not None:
+            self.lease.renew()
         events = self.gateway.poll_events()
         self.apply_events(events)
         if self.migrator is not None:
             self.apply_migrations(self.migrator.poll())
-        return len(events)
+        return events
+
+    def cancel(self) -> int:
+        """Stage 1b: carry out the cancels asked for jobs on a cluster (cpn.store.JobStore.cancel): delete
+        each from its cluster through the gateway, then record it cancelled, saying who asked and when;
+        returns how many. Its end, which the gateway reports next, is then no transition of the job's, so
+        a cancelled run never counts as a completed one.
+
+        It runs before the snapshot, so a job queued again meanwhile (an OOM kill, a finished copy, a
+        refused submission) is cancelled before a policy can place it; a job assigned in the round its
+        cancel came in is submitted in that round and deleted by the next. A delete the cluster refuses
+        is logged and tried again next round.
+        """
+        cancelled = 0
+        for request in self.store.cancel_requests():
+            try:
+                self.gateway.delete(request.job_id)
+            except Exception:  # one cluster's failure must not hold up the others' cancels
+                log.exception("could not delete cancelled job %s; retrying next round", request.job_id)
+                continue
+            cancelled += self._move(
+                request.job_id,
+                JobState.CANCELLED,
+                reason=f"cancelled by {request.requested_by} (asked at {request.requested_at:.0f})",
+            )
+        return cancelled
 
     def reconcile(self, held: frozenset[str], migrating: frozenset[str] = frozenset()) -> Reconciled:
         """Settle, at start-up, jobs a stop left between two transitions.
@@ -268,6 +411,11 @@ class Scheduler:
                 requeued.append(job_id)
         return Reconciled(tuple(submitted), tuple(requeued))
 
+    def forget_estimates(self) -> None:
+        """Estimate every queued job again at the next snapshot (a job's estimates are otherwise kept from
+        when it entered the queue): the estimate source serves a new model, a champion that moved."""
+        self._estimated_types = ()
+
     def _update_estimates(self, entering: tuple[JobSpec, ...], nodes: tuple[NodeState, ...]) -> None:
         if self.estimator is None:
             return
@@ -276,7 +424,8 @@ class Scheduler:
             self._estimates.clear()
             self._estimated_types = gpu_types
             entering = self.queue.pending()
-        new = tuple(job for job in entering if job.job_id not in self._estimates)
+        # A service runs until deleted: it has no runtime to estimate, and is placed without one.
+        new = tuple(job for job in entering if job.job_id not in self._estimates and not job.is_service)
         if new:
             self._estimates.update(self.estimator.estimates(new, gpu_types))
             for job in new:
@@ -308,6 +457,11 @@ class Scheduler:
         entering = self.queue.refresh()
         self._prune()
         nodes = self.gateway.inventory()
+        node_set = tuple(state.node for state in nodes)
+        if node_set != self._node_set:
+            self._node_set, self._unvetted = node_set, None
+        elif self._unvetted is not None:
+            self._unvetted.update(dict.fromkeys(job.job_id for job in entering))
         for state in nodes:
             self._card_gb[(state.node.cluster, state.node.name)] = state.node.gpu_memory_gb
         if self.node_load is not None:
@@ -327,13 +481,15 @@ class Scheduler:
             shapes=self.queue.shapes(),
             explain=self._explain_now(),
             running=self._running_jobs(nodes),
+            fresh=None
+            if self._unvetted is None
+            else tuple(self._spec(j) for j in self._unvetted if self.queue.holds(j)),
         )
 
     def _running_jobs(self, nodes: tuple[NodeState, ...]) -> Mapping[str, RunningJob]:
         """Predicted end and whole cards of each job running on `nodes`, worked out once per job from
-        the store (when it started, where) and the estimate source (how long it runs there)."""
-        if self.estimator is None:
-            return MappingProxyType({})
+        the store (when it started, where) and the estimates (how long it runs there): the only record
+        of running jobs a policy gets, so every running job is in it. A service's end is infinite."""
         running = {job_id for state in nodes for job_id in state.running}
         for job_id in [j for j in self._running if j not in running]:
             del self._running[job_id]
@@ -350,17 +506,19 @@ class Scheduler:
         except UnknownJob:  # not cpn's job: its cards free at no known time
             return RunningJob(math.inf)
         spec = self._exclusive.get(job_id, record.spec)
+        cards = () if is_sharing(spec) else tuple((f"{record.cluster}/{n}", c) for n, c in record.placement)
+        if spec.is_service:  # runs until deleted: its cards do not come back
+            return RunningJob(math.inf, cards)
         gpu = gpu_of.get((record.cluster or "", record.node or ""))
         estimate = self._estimates.get(job_id, {}).get(gpu)  # what the policy placed it by, while cached
-        if estimate is None and gpu:  # pruned since, or started before a restart
+        if estimate is None and gpu and self.estimator is not None:  # pruned since, or started before restart
             estimate = self.estimator.estimates((spec,), (gpu,)).get(job_id, {}).get(gpu)
         started = record.updated_at if record.state == JobState.RUNNING else self.clock.now()
         end = started + estimate.runtime_s if estimate is not None else math.inf
-        cards = () if is_sharing(spec) else tuple((f"{record.cluster}/{n}", c) for n, c in record.placement)
         return RunningJob(end, cards)
 
     def _explain_now(self) -> bool:
-        wall = time.monotonic()
+        wall = self.clock.monotonic()
         if wall - self._explained_at < self.explain_every_s:
             return False
         self._explained_at = wall
@@ -400,18 +558,25 @@ class Scheduler:
     def assign(self, decision: Decision) -> tuple[list[Placement], list[Placement]]:
         """Stage 4: record rejections and assignments; returns (placements that must first migrate their
         job's image and data, placements that can be submitted now)."""
+        if self.lease is not None:  # the decide stage may have outlasted it
+            self.lease.renew()
+        self._unvetted = {}
+        for job_id in [*(r.job_id for r in decision.rejections), *(p.job_id for p in decision.placements)]:
+            self._waiting_written.pop(job_id, None)
+        # A job cancelled since the snapshot (cpn.store.JobStore.cancel) is neither rejected nor placed.
         for rejection in decision.rejections:
-            self.store.transition(rejection.job_id, JobState.SCHEDULE_FAILED, reason=rejection.reason)
+            self._move(rejection.job_id, JobState.SCHEDULE_FAILED, reason=rejection.reason)
         to_migrate, to_submit = [], []
         for placement in decision.placements:
-            self.store.transition(
+            if not self._move(
                 placement.job_id,
                 JobState.ASSIGNED,
                 reason=EXCLUSIVE_REASON if placement.job_id in self._exclusive else "",
                 cluster=placement.cluster,
                 node=placement.node,
                 placement=placement.nodes,
-            )
+            ):
+                continue
             location = self.queue.location(placement.job_id)
             if self.migrator is not None and location is not None and location != placement.cluster:
                 to_migrate.append(placement)
@@ -445,42 +610,27 @@ class Scheduler:
             except SubmitRejected as exc:
                 state = JobState.QUEUED if exc.transient else JobState.FAILED
                 self.store.transition(placement.job_id, state, reason=f"submit refused: {exc}")
+                if exc.transient:
+                    self._record([Waiting(placement.job_id, "refused", f"the cluster refused it: {exc}")])
                 refused += 1
                 continue
             self.store.transition(placement.job_id, JobState.SUBMITTED)
             placed += 1
         return placed, refused
 
-    def execute(self, snapshot: Snapshot, decision: Decision) -> tuple[int, int, int]:
-        """Stages 4-6 at once; returns (submitted, migrating, refused by the cluster)."""
-        to_migrate, to_submit = self.assign(decision)
-        migrating = self.migrate(to_migrate)
-        placed, refused = self.submit(to_submit)
-        if snapshot.explain:
-            self.record_waiting(decision)
-        return placed, migrating, refused
-
     def record_waiting(self, decision: Decision) -> int:
         """Stage 6: store the waiting reasons that changed since last written; returns how many."""
-        changed = [w for w in decision.waiting if self._waiting_written.get(w.job_id) != w]
+        return self._record(decision.waiting)
+
+    def _record(self, waiting: Sequence[Waiting]) -> int:
+        """Store the waiting reasons among `waiting` that changed since last written; returns how many."""
+        changed = [w for w in waiting if self._waiting_written.get(w.job_id) != w]
         self.store.set_waiting(changed)
         for w in changed:
             self._waiting_written[w.job_id] = w
         return len(changed)
 
     def round(self) -> RoundResult:
-        """Every stage once: collect, snapshot, decide, assign, migrate, submit, record waiting."""
-        events = self.collect()
-        snapshot = self.snapshot()
-        decision = self.decide(snapshot)
-        placed, migrating, refused = self.execute(snapshot, decision)
-        return RoundResult(
-            time=snapshot.now,
-            events=events,
-            placed=placed,
-            migrating=migrating,
-            rejected=len(decision.rejections),
-            submit_refused=refused,
-            pending_after=len(snapshot.pending) - placed - migrating - len(decision.rejections),
-            solver=decision.solver,
-        )
+        """Every stage once (`run_stages`): collect, cancel, snapshot, decide, assign, migrate, submit,
+        record."""
+        return run_stages(self)

@@ -13,7 +13,8 @@ give `samples_per_sec` has its steps/s taken from it (samples_per_sec / batch_si
 matched ignoring case and spaces; UTF-8 with or without a byte-order mark, CRLF line
 ends, `;`- or tab-separated exports and whole numbers written `64.0` are read. A value
 that is malformed (not a number, negative, NaN, a fraction of a GPU, a row with too few
-or too many fields) is an error naming the file, the line and the column.
+or too many fields) is an error naming the file, the line and the column. Model names are matched by
+cpn.model_names.model_key: `ResNet-50`, `resnet50` and `resnet_50` are one model.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import TextIO
 
 from config.settings import DATA_DIR
 from cpn.gpus import canonical_gpu
+from cpn.jobs import normalise_precision
+from cpn.model_names import model_key
 
 GAVEL_ISOLATED = DATA_DIR / "gavel" / "simulation_throughputs_isolated.csv"
 """Gavel's measured isolated throughputs on K80/P100/V100 (MIT licence, data/gavel/LICENSE.txt)."""
@@ -64,30 +67,6 @@ COLUMNS = ("model", "batch_size", "gpu_product", "num_gpus", "steps_per_sec")
 """Required columns (DESIGN.md); `gpu_type` may stand for `gpu_product`, `placement` is optional."""
 
 PLACEMENTS = ("consolidated", "unconsolidated")
-
-PRECISIONS = {
-    "fp32": "fp32",
-    "tf32": "fp32",
-    "float32": "fp32",
-    "fp16": "fp16",
-    "float16": "fp16",
-    "half": "fp16",
-    "amp": "fp16",
-    "mixed": "fp16",
-    "bf16": "bf16",
-    "bfloat16": "bf16",
-}
-"""Spellings of the `precision` column -> precision (an empty cell is fp32)."""
-
-
-def normalise_precision(value: str | None) -> str:
-    """`fp32`, `fp16` or `bf16` from any spelling in PRECISIONS (empty: fp32); ValueError otherwise."""
-    text = (value or "").strip().lower()
-    if not text:
-        return "fp32"
-    if text not in PRECISIONS:
-        raise ValueError(f"column precision: {value!r} is not one of {', '.join(PRECISIONS)} (or empty)")
-    return PRECISIONS[text]
 
 
 def _rate(value: str, batch_size: int | None, num_gpus: int, given: float | None) -> float:
@@ -154,8 +133,10 @@ def _steps(value: str) -> float:
 
 def _model(value: str) -> str:
     name = value.strip()
-    if not any(ch.isalnum() for ch in name):
-        raise ValueError(f"column model: needs letters or digits, got {value!r}")
+    try:
+        model_key(name)
+    except ValueError:
+        raise ValueError(f"column model: needs letters or digits, got {value!r}") from None
     return name
 
 
@@ -221,7 +202,7 @@ class ThroughputTable:
         self._index: dict[tuple, float] = {}
         for r in rows:
             if r.precision == self.precision:
-                self._index[(r.model.lower(), r.batch_size, r.gpu_type, r.num_gpus, r.consolidated)] = (
+                self._index[(model_key(r.model), r.batch_size, r.gpu_type, r.num_gpus, r.consolidated)] = (
                     r.steps_per_sec
                 )
 
@@ -312,13 +293,14 @@ class ThroughputTable:
     def steps_per_sec(
         self, model: str, batch_size: int | None, gpu_type: str, num_gpus: int, consolidated: bool = True
     ) -> float | None:
-        """Measured steps/s, or None if the table has no such measurement."""
-        gpu = canonical_gpu(gpu_type)
-        key = (model.lower(), batch_size, gpu, num_gpus, consolidated)
+        """Measured steps/s, or None if the table has no such measurement; models match by
+        cpn.model_names.model_key (`resnet50` finds the table's `ResNet-50`)."""
+        gpu, name = canonical_gpu(gpu_type), model_key(model)
+        key = (name, batch_size, gpu, num_gpus, consolidated)
         if key in self._index:
             return self._index[key]
         if not consolidated:
-            return self._index.get((model.lower(), batch_size, gpu, num_gpus, True))
+            return self._index.get((name, batch_size, gpu, num_gpus, True))
         return None
 
     def gpu_types(self) -> tuple[str, ...]:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cpn.formats.throughput import normalise_precision
-from cpn.jobs import JobSpec
+from cpn.jobs import JobSpec, normalise_precision
+from cpn.model_names import model_key
 
 
 class TraceFormatError(ValueError):
@@ -29,14 +29,22 @@ OPTIONAL_COLUMNS = (
     "priority",
     "source_cluster",
     "precision",
+    "duration_s",
 )
-"""Columns a job trace CSV may add; an empty cell means the JobSpec default."""
+"""Columns a job trace CSV may add; an empty cell means the JobSpec default. `duration_s` is an inference
+service's lifetime (seconds until it is deleted; empty = until deleted), given on service rows only."""
 
 
 def parse_text(value: str) -> str:
     """A non-empty cell."""
     if not value:
         raise ValueError("empty")
+    return value
+
+
+def parse_model(value: str) -> str:
+    """A non-empty model name as written, once it has a key (cpn.model_names.model_key: a letter or digit)."""
+    model_key(parse_text(value))
     return value
 
 
@@ -74,7 +82,7 @@ def parse_kind(value: str) -> str:
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "job_id": parse_text,
     "arrival_s": parse_non_negative,
-    "model": parse_text,
+    "model": parse_model,
     "batch_size": parse_count,
     "num_gpus": parse_count,
     "total_steps": parse_count,
@@ -87,15 +95,17 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "priority": int,
     "source_cluster": str,
     "precision": normalise_precision,
+    "duration_s": parse_positive,
 }
-_MAY_BE_EMPTY = frozenset(OPTIONAL_COLUMNS) | {"batch_size"}
+_MAY_BE_EMPTY = frozenset(OPTIONAL_COLUMNS) | {"batch_size", "total_steps"}
 
 
 def load_trace_csv(path: Path | str) -> list[JobSpec]:
     """Jobs of a trace CSV, in file order; TraceFormatError naming file, line and column otherwise.
 
-    An empty `batch_size` means a model measured at one fixed batch (A3C, CycleGAN). Unknown
-    columns and repeated job ids are errors.
+    An empty `batch_size` means a model measured at one fixed batch (A3C, CycleGAN). An inference row is
+    a service: it may leave `total_steps` empty and give a `duration_s`; a training row needs its
+    `total_steps` and has no `duration_s`. Unknown columns and repeated job ids are errors.
     """
     path = Path(path)
     jobs: list[JobSpec] = []
@@ -126,6 +136,18 @@ def load_trace_csv(path: Path | str) -> list[JobSpec]:
                         fields[column] = _PARSERS[column](value)
                     except ValueError as exc:
                         raise TraceFormatError(f"{path}:{reader.line_num}: column {column}: {exc}") from None
+                where = f"{path}:{reader.line_num}"
+                if fields.get("kind") != "inference":
+                    if "total_steps" not in fields:
+                        raise TraceFormatError(
+                            f"{where}: column total_steps: empty; a training job needs its steps "
+                            "(only an inference service may leave it empty)"
+                        )
+                    if "duration_s" in fields:
+                        raise TraceFormatError(
+                            f"{where}: column duration_s: only an inference service has a lifetime; "
+                            "a training job ends after its total_steps"
+                        )
                 if fields["job_id"] in seen:
                     raise TraceFormatError(
                         f"{path}:{reader.line_num}: column job_id: repeats {fields['job_id']!r}"

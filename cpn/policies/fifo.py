@@ -32,8 +32,8 @@ class FifoPolicy:
         """Place queued jobs in order until the first that cannot start now; reject impossible ones."""
         capacity = Capacity(snapshot, self.memory_aware)
         placements: list[Placement] = []
-        rejections: list[Rejection] = []
-        queue = by_priority(snapshot.pending)
+        rejections, pending = capacity.vet(estimated=False)
+        queue = by_priority(pending)
         left = len(queue)
         for i, job in enumerate(queue):
             if capacity.exhausted:

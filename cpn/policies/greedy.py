@@ -8,9 +8,11 @@ order). Only what is free now counts: a job never waits for a faster type that i
 cannot start now is skipped, not waited for. GPU types without an estimate for the job are unusable for
 it. With `pessimism` (GreedySettings, default 1) > 0, runtimes are each estimate's upper quantile
 (`placement.pessimistic_runtime`): a job is not sent to a type whose estimate is a guess when one it is
-surer of finishes first on that reckoning. Memory-aware, as `fifo` is. A job with no estimate for any
-GPU type (asked while anything is free), or that no node could ever take, is rejected with the reason;
-every job left queued gets its reason (cpn.policies.waiting).
+surer of finishes first on that reckoning. Memory-aware, as `fifo` is. A service (`JobSpec.is_service`)
+needs no estimate: it runs on any GPU type until deleted, so it goes where it starts first
+(`service_option`). A training job with no estimate for any GPU type (asked while anything is free), or a
+job no node could ever take, is rejected with the reason; every job left queued gets its reason
+(cpn.policies.waiting).
 """
 
 from __future__ import annotations
@@ -25,8 +27,18 @@ from cpn.policies.waiting import WaitingExplainer
 
 def finish_time(snapshot: Snapshot, job: JobSpec, option: Option, runtimes: dict[str, float]) -> float:
     """When `job` would finish if it started now on `option`: transfer, then its runtime on the type."""
-    transfer = snapshot.transfer_s.get(job.job_id, {}).get(option.placement.cluster, 0.0)
-    return snapshot.now + transfer + runtimes[option.gpu_type]
+    return start_time(snapshot, job, option) + runtimes[option.gpu_type]
+
+
+def start_time(snapshot: Snapshot, job: JobSpec, option: Option) -> float:
+    """When `job` would start running if placed now on `option`: once its image and data are there."""
+    return snapshot.now + snapshot.transfer_s.get(job.job_id, {}).get(option.placement.cluster, 0.0)
+
+
+def service_option(snapshot: Snapshot, job: JobSpec, options: tuple[Option, ...]) -> Option:
+    """Where a service goes among `options`: it has no end to finish early by, so where it starts first
+    (least transfer), ties to the earlier option (own pool before hybrid, then inventory order)."""
+    return min(options, key=lambda o: start_time(snapshot, job, o))
 
 
 class GreedyPolicy:
@@ -41,22 +53,23 @@ class GreedyPolicy:
         """Place each job where it finishes first while anything is free; reject jobs that can never run."""
         capacity = Capacity(snapshot)
         placements: list[Placement] = []
-        rejections: list[Rejection] = []
+        rejections, pending = capacity.vet(estimated=True)
         left: list[JobSpec] = []
         hopeless = capacity.hopeless(snapshot.shapes)
-        queue = by_priority(snapshot.pending)
+        queue = by_priority(pending)
         for i, job in enumerate(queue):
             if hopeless:  # nothing that waits could start on what is left: stop scanning the queue
                 left.extend(queue[i:])
                 break
-            if not snapshot.estimates.get(job.job_id):
+            service = job.is_service
+            if not service and not snapshot.estimates.get(job.job_id):
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
                 continue
             if not capacity.worth_trying(job):
                 left.append(job)
                 continue
-            runtimes = usable_runtimes(snapshot, job, self.settings.pessimism)
-            if not runtimes:
+            runtimes = None if service else usable_runtimes(snapshot, job, self.settings.pessimism)
+            if runtimes is not None and not runtimes:
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
                 continue
             fit = capacity.fit(job, runtimes)
@@ -66,11 +79,14 @@ class GreedyPolicy:
                 else:
                     left.append(job)
                 continue
-            best = min(fit.options, key=lambda o: finish_time(snapshot, job, o, runtimes))
+            if runtimes is None:
+                best = service_option(snapshot, job, fit.options)
+            else:
+                best = min(fit.options, key=lambda o: finish_time(snapshot, job, o, runtimes))
             placements.append(capacity.take(best, job))
             hopeless = capacity.hopeless(snapshot.shapes)
         waiting: tuple = ()
         if snapshot.explain:
             explainer = WaitingExplainer(capacity)
-            waiting = tuple(explainer.explain(job, estimated=True) for job in left)
+            waiting = tuple(explainer.explain(job, estimated=not job.is_service) for job in left)
         return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)

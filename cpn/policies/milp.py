@@ -8,6 +8,12 @@ group fit its cards (free now plus what running jobs free by then); the objectiv
 priority-weighted predicted completion time (or the makespan). Only the `window` most urgent jobs are
 in the model; the rest are backfilled on what is free now where that delays nothing the plan starts
 later. What starts now is realised through `Capacity.fit`, so every placement keeps the cluster rules.
+
+The policy keeps nothing between rounds: when running jobs free their cards comes from the snapshot
+(`plan.releases` over `Snapshot.running`). Services (`JobSpec.is_service`) take no part in the time plan:
+they have no end to weigh, so they start first, in queue order, where they start soonest (greedy's rule,
+`greedy.service_option`), and their cards count as never coming back; one that cannot start now waits
+with the projection's predicted start.
 """
 
 from __future__ import annotations
@@ -21,12 +27,12 @@ import highspy
 import pulp
 
 from config.policies import GreedySettings, MilpSettings
-from cpn.decisions import Decision, Placement, Rejection, Snapshot, SolverRound, Waiting
+from cpn.decisions import Decision, Placement, Rejection, Snapshot, SolverRound, Waiting, shape_of
 from cpn.jobs import JobSpec
 from cpn.policies.base import by_priority
-from cpn.policies.greedy import GreedyPolicy
+from cpn.policies.greedy import GreedyPolicy, service_option
 from cpn.policies.placement import NO_ESTIMATE, Capacity, Group, usable_runtimes
-from cpn.policies.plan import GroupKey, Projection, RunningBook
+from cpn.policies.plan import GroupKey, Projection, Releases, releases
 from cpn.policies.waiting import WaitingExplainer
 from cpn.rules import is_sharing
 
@@ -43,7 +49,9 @@ class _Job:
 
     spec: JobSpec
     runtimes: dict[str, float]
+    """GPU type -> runtime; empty for a service (any GPU type, no end)."""
     options: list[tuple[Group, float]]
+    """(group, duration incl. transfer); a service's duration is infinite."""
     weight: float
     shortest: float
     costs: list[float]
@@ -118,9 +126,6 @@ class MilpPolicy:
 
     def __init__(self, settings: MilpSettings | None = None) -> None:
         self.settings = settings or MilpSettings()
-        self.book = RunningBook()
-        self.last_round: SolverRound | None = None
-        """The latest round's solve (also on its Decision)."""
         self._greedy = GreedyPolicy(GreedySettings(pessimism=self.settings.pessimism))
 
     # --- the round ---------------------------------------------------------------------------------
@@ -128,10 +133,9 @@ class MilpPolicy:
     def decide(self, snapshot: Snapshot) -> Decision:
         """Plan, start what the plan starts now, backfill, and explain every wait with a predicted start."""
         capacity = Capacity(snapshot)
-        releases = self.book.releases(snapshot)
-        jobs, rejections = self._candidates(snapshot, capacity)
+        jobs, services, rejections = self._candidates(snapshot, capacity)
+        first, services, released = self._serve(snapshot, capacity, services, releases(snapshot))
         reserved = self._reserved(snapshot, jobs) if self.settings.reservation else None
-        first: list[Placement] = []
         ends: list[tuple[GroupKey, int, float]] = []
         hold = None
         if reserved is not None:
@@ -145,19 +149,18 @@ class MilpPolicy:
                 jobs = [j for j in jobs if j is not reserved]
                 reserved = None
             else:
-                hold = self._hold(snapshot, capacity, releases, reserved)
+                hold = self._hold(snapshot, capacity, released, reserved)
         window = self._window(jobs, reserved)
         starts = self._bucket_starts(snapshot.now, window)
-        room = self._room(capacity, releases, starts)
+        room = self._room(capacity, released.groups, starts)
         building = time.perf_counter()
         model = self._build(window, starts, capacity, room, reserved, hold)
-        warm = self._warm_start(snapshot, capacity, model, window, releases)
+        warm = self._warm_start(snapshot, capacity, model, window, released.groups)
         status, objective, gap = self._solve(model, warm is not None)
         solve_s = time.perf_counter() - building
         assignment, fallback = self._choose(model, window, status, objective, warm)
         if assignment is None:  # no plan at all: greedy decides this round
             decision = self._greedy.decide(snapshot)
-            self._record_all(snapshot, decision.placements, jobs)
             stats = SolverRound(
                 self.settings.solver,
                 status,
@@ -168,10 +171,20 @@ class MilpPolicy:
                 len(window),
                 len(model.x),
             )
-            self.last_round = stats
             return Decision(decision.placements, decision.rejections, decision.waiting, stats)
         placements, waiting = self._realise(
-            snapshot, capacity, releases, jobs, window, assignment, model, reserved, hold, first, ends
+            snapshot,
+            capacity,
+            released.groups,
+            jobs,
+            services,
+            window,
+            assignment,
+            model,
+            reserved,
+            hold,
+            first,
+            ends,
         )
         stats = SolverRound(
             self.settings.solver,
@@ -183,41 +196,73 @@ class MilpPolicy:
             len(window),
             len(model.x),
         )
-        self.last_round = stats
         return Decision(tuple(placements), tuple(rejections), tuple(waiting), stats)
 
     # --- what goes into the model ------------------------------------------------------------------
 
-    def _candidates(self, snapshot: Snapshot, capacity: Capacity) -> tuple[list[_Job], list[Rejection]]:
-        """Every queued job with the groups that could ever take it; jobs none can take are rejected."""
-        jobs, rejections = [], []
+    def _candidates(
+        self, snapshot: Snapshot, capacity: Capacity
+    ) -> tuple[list[_Job], list[_Job], list[Rejection]]:
+        """Every queued job with the groups that could ever take it, training jobs and services apart (in
+        queue order); jobs none can take are rejected. A service needs no estimate: it may use any GPU
+        type, for ever."""
+        rejections, pending = capacity.vet(estimated=True)
+        jobs, services = [], []
         admits: dict[tuple, bool] = {}
-        for job in by_priority(snapshot.pending):
-            runtimes = usable_runtimes(snapshot, job)
-            ranked = usable_runtimes(snapshot, job, self.settings.pessimism)
-            if not runtimes:
+        for job in by_priority(pending):
+            service = job.is_service
+            runtimes = {} if service else usable_runtimes(snapshot, job)
+            ranked = {} if service else usable_runtimes(snapshot, job, self.settings.pessimism)
+            if not runtimes and not service:
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
                 continue
             transfer = snapshot.transfer_s.get(job.job_id, {})
             options, costs = [], []
             for group in capacity.groups(job.kind):
-                if group.gpu_type not in runtimes:
+                if not service and group.gpu_type not in runtimes:
                     continue
                 mem = capacity.memory(job, group.gpu_type)
-                key = (group.key, job.kind, job.num_gpus, job.gpu_share is not None, job.cpu, mem)
+                pins = (job.gpu_products, job.node_pools, job.gpu_memory_min_gb)
+                key = (group.key, shape_of(job), mem, pins)
                 if key not in admits:
                     admits[key] = group.admits_ever(job, mem)
                 if admits[key]:
                     move = transfer.get(group.cluster, 0.0)
-                    options.append((group, move + runtimes[group.gpu_type]))
-                    costs.append(move + ranked[group.gpu_type])
+                    options.append((group, move + runtimes.get(group.gpu_type, math.inf)))
+                    costs.append(move + ranked.get(group.gpu_type, 0.0))
             if not options:
-                reason = capacity.why_never(job, runtimes) or "no GPU group could ever take it"
+                types = None if service else runtimes
+                reason = capacity.why_never(job, types) or "no GPU group could ever take it"
                 rejections.append(Rejection(job.job_id, reason))
                 continue
             weight = 2.0 ** max(-20, min(20, job.priority))
-            jobs.append(_Job(job, runtimes, options, weight, min(d for _, d in options), costs))
-        return jobs, rejections
+            found = _Job(job, runtimes, options, weight, min(d for _, d in options), costs)
+            (services if service else jobs).append(found)
+        return jobs, services, rejections
+
+    def _serve(
+        self, snapshot: Snapshot, capacity: Capacity, services: list[_Job], released: Releases
+    ) -> tuple[list[Placement], list[_Job], Releases]:
+        """Start the services that can start now, in queue order, where each starts soonest; returns
+        their placements, the services left waiting, and `released` with the started ones' whole cards
+        never coming back."""
+        placements, waiting = [], []
+        groups = {key: list(held) for key, held in released.groups.items()}
+        nodes = {key: list(held) for key, held in released.nodes.items()}
+        for job in services:
+            fit = capacity.fit(job.spec)
+            if not fit.options:
+                waiting.append(job)
+                continue
+            option = service_option(snapshot, job.spec, fit.options)
+            placement = capacity.take(option, job.spec)
+            placements.append(placement)
+            if is_sharing(job.spec):
+                continue
+            groups.setdefault(option.group.key, []).append((math.inf, job.cards))
+            for name, cards in placement.nodes:
+                nodes.setdefault(f"{placement.cluster}/{name}", []).append((math.inf, cards))
+        return placements, waiting, Releases(groups, nodes)
 
     def _reserved(self, snapshot: Snapshot, jobs: list[_Job]) -> _Job | None:
         """The oldest job that has waited longer than it would run (EASY's head): it starts first when it
@@ -451,18 +496,31 @@ class MilpPolicy:
 
     # --- carrying the plan out ---------------------------------------------------------------------
 
-    def _start(self, now, capacity, job: _Job, option, durations: dict, ends: list) -> Placement:
-        """Take `option` for `job` now, book its predicted end, and note the cards it frees then."""
+    @staticmethod
+    def _start(now, capacity, job: _Job, option, durations: dict, ends: list) -> Placement:
+        """Take `option` for `job` now and note the cards it frees at its predicted end."""
         duration = durations[option.group.key]
         placement = capacity.take(option, job.spec)
-        self.book.record(placement, now + duration, not is_sharing(job.spec))
         ends.append((option.group.key, job.cards, now + duration))
         return placement
 
     def _realise(
-        self, snapshot, capacity, releases, jobs, window, assignment, model, reserved, hold, first, ends
+        self,
+        snapshot,
+        capacity,
+        releases,
+        jobs,
+        services,
+        window,
+        assignment,
+        model,
+        reserved,
+        hold,
+        first,
+        ends,
     ):
-        """Start what the plan starts now, backfill what delays nothing planned, explain the rest."""
+        """Start what the plan starts now, backfill what delays nothing planned, explain the rest (the
+        `services` left waiting too, each predicted to start when enough of its cards are first free)."""
         now, starts, room = snapshot.now, model.starts, model.room
         buckets = len(starts) - 1
         usage = {key: [0.0] * buckets for key in room}
@@ -560,11 +618,18 @@ class MilpPolicy:
             best = projection.best(((g.key, d) for g, d in job.options), job.cards, now)
             if best is not None:
                 project(job, *best)
+        for job in services:
+            moves = transfer.get(job.spec.job_id, {})
+            when = min(
+                projection.earliest(g.key, job.cards, now) + moves.get(g.cluster, 0.0) for g, _ in job.options
+            )
+            if when < math.inf:
+                predicted[job.spec.job_id] = when
         placed = {p.job_id for p in placements}
         explainer = WaitingExplainer(capacity)
         held = reserved.spec.job_id if reserved is not None else "the jobs the plan starts soon"
         waiting: list[Waiting] = []
-        for job in jobs:
+        for job in [*jobs, *services]:
             job_id = job.spec.job_id
             if job_id in placed:
                 continue
@@ -574,14 +639,14 @@ class MilpPolicy:
             waiting.append(
                 explainer.explain(
                     job.spec,
-                    estimated=True,
+                    estimated=not job.spec.is_service,
                     held_for=held if job_id in blocked_by_plan else None,
                     predicted_start=predicted.get(job_id),
                 )
             )
         return placements, waiting
 
-    def _hold(self, snapshot, capacity, releases, reserved) -> _Hold | None:
+    def _hold(self, snapshot, capacity, released: Releases, reserved) -> _Hold | None:
         """The reserved job's reservation (EASY): the node where it would finish first given what runs
         now, when enough of its cards are free, and the cards free then beyond its own. A gang wider than
         any node holds its whole group, counted in cards. None when no time can be given."""
@@ -596,7 +661,7 @@ class MilpPolicy:
             for slot in group.eligible(reserved.spec.kind, capacity.memory(reserved.spec, group.gpu_type)):
                 if slot.node.gpu_count < n or not slot.cpu_fits(0):
                     continue
-                times = sorted(t for t, c in self.book.node_releases.get(slot.node.key, []) for _ in range(c))
+                times = sorted(t for t, c in released.nodes.get(slot.node.key, []) for _ in range(c))
                 need = n - slot.free
                 shadow = now if need <= 0 else (times[need - 1] if need <= len(times) else math.inf)
                 if shadow + duration < finish:
@@ -605,20 +670,10 @@ class MilpPolicy:
                     finish = shadow + duration
         if best is not None:
             return best
-        projection = Projection(now, {g.key: g.free for g in capacity.groups()}, releases)
+        projection = Projection(now, {g.key: g.free for g in capacity.groups()}, released.groups)
         wide = projection.best(((g.key, d) for g, d in reserved.options), n, now)
         if wide is None:
             return None
         key, shadow, _ = wide
         nodes = next(frozenset(s.node.key for s in g.slots) for g, _ in reserved.options if g.key == key)
         return _Hold(key, nodes, shadow, projection.free_at(key, shadow) - n, whole_group=True)
-
-    def _record_all(self, snapshot: Snapshot, placements, jobs: list[_Job]) -> None:
-        """Book greedy's placements (fallback rounds) with their predicted ends."""
-        by_id = {j.spec.job_id: j for j in jobs}
-        for p in placements:
-            job = by_id.get(p.job_id)
-            if job is None:
-                continue
-            duration = next((d for g, d in job.options if g.cluster == p.cluster), job.shortest)
-            self.book.record(p, snapshot.now + duration, not is_sharing(job.spec))

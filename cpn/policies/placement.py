@@ -13,7 +13,11 @@ shared cards), a placement keeps to:
 - one node when it can: a gang runs on one node when some node it may use in the group (one cluster,
   GPU type and pool) has that many cards, taking the node with the fewest free cards that suffice
   (best fit, which keeps whole nodes free for wide jobs); a job wider than every such node spans
-  several nodes of the group, those with the most free cards first.
+  several nodes of the group, those with the most free cards first;
+- spread (`JobSpec.spread`, a manifest asking its pods onto distinct hostnames): one pod per node of the
+  group, the widest pod first, each on the unused node with the fewest free cards that suffice. Whether
+  a group could ever take it counts nodes that hold its widest pod (exact for a Deployment's equal
+  replicas).
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from cpn.decisions import Estimate, Placement, Snapshot
-from cpn.inventory import Node
+from cpn.admission import Room
+from cpn.decisions import Estimate, Placement, Rejection, Snapshot
 from cpn.jobs import JobKind, JobSpec
 from cpn.rules import (
     POOLS_FOR_KIND,
@@ -31,7 +35,6 @@ from cpn.rules import (
     constraint_problem,
     gang_cpu,
     is_sharing,
-    pick_shared_card,
     untolerated_taint,
 )
 
@@ -51,25 +54,6 @@ def memory_need(job: JobSpec, estimate: Estimate | None) -> float | None:
 
 
 @dataclass(eq=False)
-class Slot:
-    """One node's capacity in a `Capacity`, updated as a decision takes options on it."""
-
-    node: Node
-    free: int
-    """Whole cards free."""
-    cpu_used: float
-    """CPU cores in use, counting what this decision placed."""
-    cpu_cap: float
-    """CPU cores the node may have in use: the CPU threshold times its cores."""
-    shared: list[tuple[float, float]]
-    """(free share, free GB) of each shared card."""
-
-    def cpu_fits(self, cores: float) -> bool:
-        """Whether `cores` more stay within the CPU threshold."""
-        return self.cpu_used + cores <= self.cpu_cap
-
-
-@dataclass(eq=False)
 class Group:
     """The nodes of one cluster, GPU type and pool, in inventory order: where one gang may go.
 
@@ -81,8 +65,8 @@ class Group:
     gpu_type: str
     usage: str
     """The pool (`<domain>/node.usage`): training, inference or hybrid."""
-    slots: list[Slot]
-    admits: dict[JobKind, tuple[Slot, ...]] = field(default_factory=dict)
+    slots: list[Room]
+    admits: dict[JobKind, tuple[Room, ...]] = field(default_factory=dict)
     """Slots each job kind may use (pool and taints)."""
     sizes: dict[JobKind, tuple[int, int, float]] = field(default_factory=dict)
     """Per job kind, over the slots it may use: most cards on a node, cards in all, largest CPU cap."""
@@ -92,7 +76,7 @@ class Group:
     """Most free cards on one node of the group."""
     shared_room: bool = False
     """Some shared card of the group has share left."""
-    _eligible: dict[tuple[JobKind, float | None], tuple[Slot, ...]] = field(default_factory=dict)
+    _eligible: dict[tuple[JobKind, float | None], tuple[Room, ...]] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -113,18 +97,22 @@ class Group:
         self.max_free = max((s.free for s in self.slots), default=0)
         self.shared_room = any(share > SHARE_EPS for s in self.slots for share, _ in s.shared)
 
-    def has_cards(self, kind: JobKind, n: int) -> bool:
+    def has_cards(self, kind: JobKind, n: int, spread: bool = False) -> bool:
         """Whether enough cards are free now for a job of `kind` and `n` cards, counting cards only:
-        on one node when a node it may use is that wide, else over the group."""
-        return n <= (self.max_free if n <= self.sizes[kind][0] else self.free)
+        on one node when a node it may use is that wide (and its pods need not spread), else over the
+        group."""
+        return n <= (self.max_free if n <= self.sizes[kind][0] and not spread else self.free)
 
     def might_take(self, job: JobSpec) -> bool:
         """Whether the group could take `job` when empty, as far as its size and CPU tell (memory unknown)."""
         widest, total, cpu_cap = self.sizes[job.kind]
         n = 1 if is_sharing(job) else job.num_gpus
+        if job.spread:
+            pod = max(job.pod_gpus)
+            return n <= total and pod <= widest and gang_cpu(job, pod) <= cpu_cap
         return n <= total and (job.cpu if n <= widest else gang_cpu(job, widest)) <= cpu_cap
 
-    def eligible(self, kind: JobKind, mem: float | None) -> tuple[Slot, ...]:
+    def eligible(self, kind: JobKind, mem: float | None) -> tuple[Room, ...]:
         """Slots a job of `kind` needing `mem` GB per card may use (None = memory not checked)."""
         key = (kind, mem)
         if key not in self._eligible:
@@ -135,9 +123,14 @@ class Group:
 
     def admits_ever(self, job: JobSpec, mem: float | None) -> bool:
         """Whether `job`, needing `mem` GB per card (None = unchecked), could run here on empty nodes:
-        pool, taints, memory, cards (on one node, or as a gang over the group) and the CPU threshold."""
-        slots = self.eligible(job.kind, mem)
+        pool, taints, its own constraints, memory, cards (on one node, or as a gang over the group) and
+        the CPU threshold."""
+        slots = allowed(job, self.eligible(job.kind, mem))
         n = 1 if is_sharing(job) else job.num_gpus
+        if job.spread:
+            pod = max(job.pod_gpus)
+            wide = [s for s in slots if s.node.gpu_count >= pod and gang_cpu(job, pod) <= s.cpu_cap]
+            return len(wide) >= len(job.pod_gpus)
         if any(s.node.gpu_count >= n and job.cpu <= s.cpu_cap for s in slots):
             return True
         widest = self.sizes[job.kind][0]
@@ -152,7 +145,7 @@ def constrained(job: JobSpec) -> bool:
     return bool(job.gpu_products or job.node_pools or job.gpu_memory_min_gb is not None)
 
 
-def allowed(job: JobSpec, slots: tuple[Slot, ...]) -> tuple[Slot, ...]:
+def allowed(job: JobSpec, slots: tuple[Room, ...]) -> tuple[Room, ...]:
     """The slots whose nodes the job's own constraints allow (cpn.rules.constraint_problem)."""
     if not constrained(job):
         return slots
@@ -166,7 +159,7 @@ class Option:
     placement: Placement
     gpu_type: str
     group: Group
-    plan: tuple[tuple[Slot, int], ...]
+    plan: tuple[tuple[Room, int], ...]
     """Slots and the cards taken on each."""
     card: int | None = None
     """Shared card joined (position in the slot's list); None = whole cards."""
@@ -203,13 +196,7 @@ class Capacity:
         groups: dict[tuple[str, str, str], Group] = {}
         for state in snapshot.nodes:
             node = state.node
-            slot = Slot(
-                node=node,
-                free=state.free_gpus,
-                cpu_used=state.cpu_used,
-                cpu_cap=snapshot.cpu_threshold * node.cpu_cores,
-                shared=[(c.free_share, c.free_memory_gb) for c in state.shared],
-            )
+            slot = Room.of(state, snapshot.cpu_threshold)
             key = (node.cluster, node.gpu_type, node.usage)
             if key not in groups:
                 groups[key] = Group(node.cluster, node.gpu_type, node.usage, [])
@@ -234,14 +221,14 @@ class Capacity:
             + [g for g in self._groups if g.usage != kind and g.admits[kind]]
             for kind in POOLS_FOR_KIND
         }
-        self._might: dict[tuple[JobKind, int, float], bool] = {}
-        """(kind, cards, CPU) -> whether some group might take such a job once empty."""
+        self._might: dict[tuple[JobKind, int, float, tuple[int, ...]], bool] = {}
+        """(kind, cards, CPU, pods that spread) -> whether some group might take such a job once empty."""
         self._refresh()
 
     def _refresh(self) -> None:
         """Recount what each job kind could use now (after construction and every take)."""
-        self._has_cards: dict[tuple[JobKind, int], bool] = {}
-        """(kind, cards) -> whether some group has that many cards free for such a job (has_cards)."""
+        self._has_cards: dict[tuple[JobKind, int, bool], bool] = {}
+        """(kind, cards, spread) -> whether some group has that many cards free for such a job (has_cards)."""
         self._shared_room = {
             kind: any(g.shared_room for g in groups) for kind, groups in self._by_kind.items()
         }
@@ -255,17 +242,17 @@ class Capacity:
         group might take it when empty. A job no group could ever take stays worth trying, so that
         `fit` can say why.
         """
-        key = (job.kind, job.num_gpus)
+        key = (job.kind, job.num_gpus, job.spread)
         has_cards = self._has_cards.get(key)
         if has_cards is None:
             has_cards = self._has_cards[key] = any(
-                g.has_cards(job.kind, job.num_gpus) for g in self._by_kind[job.kind]
+                g.has_cards(job.kind, job.num_gpus, job.spread) for g in self._by_kind[job.kind]
             )
         if has_cards:
             return True
         if is_sharing(job) and self._shared_room[job.kind]:
             return True
-        static = (job.kind, job.num_gpus, job.cpu)
+        static = (job.kind, job.num_gpus, job.cpu, job.pod_gpus if job.spread else ())
         might = self._might.get(static)
         if might is None:
             might = self._might[static] = any(g.might_take(job) for g in self._by_kind[job.kind])
@@ -304,7 +291,7 @@ class Capacity:
         for group in self._by_kind[job.kind]:
             if gpu_types is not None and group.gpu_type not in gpu_types:
                 continue
-            if not group.has_cards(job.kind, n) and not (sharing and group.shared_room):
+            if not group.has_cards(job.kind, n, job.spread) and not (sharing and group.shared_room):
                 short = short or group.might_take(job)
                 continue
             slots = allowed(job, group.eligible(job.kind, self.memory(job, group.gpu_type)))
@@ -312,6 +299,8 @@ class Capacity:
                 continue
             if sharing:
                 option = self._shared_option(job, group, slots)
+            elif job.spread:
+                option = self._spread_option(job, group, slots)
             elif n <= group.sizes[job.kind][0]:
                 option = self._node_option(job, group, slots)
             else:
@@ -324,48 +313,66 @@ class Capacity:
             return Fit(tuple(options))
         return Fit((), None if short else self.why_never(job, gpu_types))
 
-    def _option(self, job: JobSpec, group: Group, plan: list[tuple[Slot, int]], card: int | None = None):
+    def _option(self, job: JobSpec, group: Group, plan: list[tuple[Room, int]], card: int | None = None):
         (first, cards), *rest = plan
         placement = Placement(
             job.job_id, group.cluster, first.node.name, cards, tuple((s.node.name, n) for s, n in rest)
         )
         return Option(placement, group.gpu_type, group, tuple(plan), card)
 
-    def _node_option(self, job: JobSpec, group: Group, slots: tuple[Slot, ...]) -> Option | None:
-        """Best fit: the node with the fewest free cards that suffice (first such in inventory order)."""
-        best = None
+    def _node_option(
+        self, job: JobSpec, group: Group, slots: tuple[Room, ...], mem: float | None = None
+    ) -> Option | None:
+        """Best fit: the node with the fewest free cards that suffice (first such in inventory order);
+        `mem` as `Room.refusal` takes it (a sharing job's need)."""
+        best, n = None, job.num_gpus
         for s in slots:
-            if job.num_gpus <= s.free and s.cpu_fits(job.cpu) and (best is None or s.free < best.free):
+            if (best is None or s.free < best.free) and s.refusal(job, n, mem) is None:
                 best = s
-        return None if best is None else self._option(job, group, [(best, job.num_gpus)])
+        return None if best is None else self._option(job, group, [(best, n)])
 
-    def _gang_option(self, job: JobSpec, group: Group, slots: tuple[Slot, ...]) -> Option | None:
+    def _gang_option(self, job: JobSpec, group: Group, slots: tuple[Room, ...]) -> Option | None:
         """Nodes with the most free cards first, until the gang has all its cards."""
         plan, need = [], job.num_gpus
         for s in sorted(slots, key=lambda s: -s.free):
             take = min(s.free, need)
-            if take and s.cpu_fits(gang_cpu(job, take)):
+            if s.refusal(job, take) is None:
                 plan.append((s, take))
                 need -= take
                 if need == 0:
                     return self._option(job, group, plan)
         return None
 
-    def _shared_option(self, job: JobSpec, group: Group, slots: tuple[Slot, ...]) -> Option | None:
+    def _spread_option(self, job: JobSpec, group: Group, slots: tuple[Room, ...]) -> Option | None:
+        """One pod per node, the widest first, each on the unused node with the fewest free cards that
+        suffice (first such in inventory order)."""
+        plan: list[tuple[Room, int]] = []
+        for cards in sorted(job.pod_gpus, reverse=True):
+            used = [s for s, _ in plan]
+            best = min(
+                (s for s in slots if s not in used and s.refusal(job, cards) is None),
+                key=lambda s: s.free,
+                default=None,
+            )
+            if best is None:
+                return None
+            plan.append((best, cards))
+        return self._option(job, group, plan)
+
+    def _shared_option(self, job: JobSpec, group: Group, slots: tuple[Room, ...]) -> Option | None:
         """The node whose shared card bin packing fills most; else a free card, as `_node_option` picks."""
         mem = self.memory(job, group.gpu_type)
-        share, declared = job.gpu_share or 1.0, job.gpu_mem_gb or 0.0
         best, best_key = None, None
         for s in slots:
-            pos = pick_shared_card(s.shared, share, declared)
-            if pos is None or not s.cpu_fits(job.cpu):
+            pos = s.joins(job, mem)
+            if pos is None or s.refusal(job, 1, mem) is not None:
                 continue
             free_share, free_gb = s.shared[pos]
-            if (mem is None or mem <= free_gb) and (best_key is None or (free_share, -free_gb) < best_key):
+            if best_key is None or (free_share, -free_gb) < best_key:
                 best, best_key = (s, pos), (free_share, -free_gb)
         if best is not None:
             return self._option(job, group, [(best[0], 1)], best[1])
-        return self._node_option(job, group, slots)
+        return self._node_option(job, group, slots, mem)
 
     def take(self, option: Option, job: JobSpec) -> Placement:
         """Book `option` for `job` in this working copy and return its placement."""
@@ -384,26 +391,52 @@ class Capacity:
         self._refresh()
         return option.placement
 
+    def vet(self, estimated: bool) -> tuple[list[Rejection], tuple[JobSpec, ...]]:
+        """Reject, in the round they are new, the jobs no placement could ever satisfy (`why_never`): the
+        snapshot's `fresh` jobs, every pending one when it gives none. Every policy vets first, so that
+        such a job is rejected at once with its reason, whatever the policy's order or what is free.
+
+        `estimated`: the policy uses only GPU types the job has a finite runtime estimate for (those
+        are the types asked about, when it has any). Returns the rejections and the pending jobs left.
+        """
+        snapshot = self.snapshot
+        fresh = snapshot.pending if snapshot.fresh is None else snapshot.fresh
+        rejections = []
+        for job in fresh:
+            types = None
+            if estimated:
+                row = snapshot.estimates.get(job.job_id, {})
+                types = {gpu for gpu, e in row.items() if e.runtime_s < math.inf} or None
+            reason = self.why_never(job, types)
+            if reason is not None:
+                rejections.append(Rejection(job.job_id, reason))
+        if not rejections:
+            return rejections, snapshot.pending
+        gone = {r.job_id for r in rejections}
+        return rejections, tuple(job for job in snapshot.pending if job.job_id not in gone)
+
     def why_never(self, job: JobSpec, gpu_types: Collection[str] | None = None) -> str | None:
         """Why no placement could ever satisfy `job`, even on empty nodes; None if one could.
 
         `gpu_types` are the GPU types the policy would use for it (None = all).
         """
+        groups = self._by_kind[job.kind]
+        usable = groups if gpu_types is None else [g for g in groups if g.gpu_type in gpu_types]
+        if any(g.admits_ever(job, self.memory(job, g.gpu_type)) for g in usable):
+            return None
         pools = POOLS_FOR_KIND[job.kind]
         pooled = [s for g in self._groups if g.usage in pools for s in g.slots]
         if not pooled:
             return f"no node in a pool for {job.kind} jobs ({', '.join(sorted(pools))})"
-        groups = self._by_kind[job.kind]
         if not groups:
             taint = untolerated_taint(pooled[0].node, job.kind)
             return (
                 f"every node in a pool for {job.kind} jobs has a taint they do not tolerate "
                 f"(such as {taint.key}={taint.value}:{taint.effect})"
             )
-        if gpu_types is not None:
-            groups = [g for g in groups if g.gpu_type in gpu_types]
-            if not groups:
-                return "no estimate for any GPU type it may use"
+        if not usable:
+            return "no estimate for any GPU type it may use"
+        groups = usable
         if constrained(job):
             problems = [constraint_problem(s.node, job) for g in groups for s in g.slots]
             if all(problems):
@@ -418,8 +451,11 @@ class Capacity:
             for g, m in zip(eligible, mems, strict=True)
         ):
             return f"needs {n} GPUs; no cluster has that many eligible GPUs of one type in one pool"
-        if any(g.admits_ever(job, m) for g, m in zip(eligible, mems, strict=True)):
-            return None
+        if job.spread:
+            return (
+                f"its {len(job.pod_gpus)} pods must run on distinct nodes; no cluster has that many eligible "
+                "nodes of one GPU type in one pool that can take one"
+            )
         return f"needs {job.cpu:g} CPU cores; no eligible node allows that under the CPU threshold"
 
 

@@ -2,8 +2,10 @@
 list-schedule projection of when queued jobs would start.
 
 Both count cards per group (cluster, GPU type, pool: `placement.Group.key`), as the optimiser does;
-node boundaries are the realisation's business (`Capacity.fit`). A sharing job's card is not counted:
-it frees when its last partner ends, which the book does not follow.
+node boundaries are the realisation's business (`Capacity.fit`). When cards free is read from the
+snapshot alone (`Snapshot.running`), so a policy built afresh every round plans exactly as a long-lived
+one. A sharing job's card is not counted: it frees when its last partner ends, which the snapshot does
+not follow. A service's cards (`JobSpec.is_service`) never come back: its predicted end is infinite.
 """
 
 from __future__ import annotations
@@ -11,59 +13,47 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-from cpn.decisions import Placement, RunningJob, Snapshot
+from cpn.decisions import Snapshot
 
 GroupKey = tuple[str, str, str]
 """(cluster, GPU type, pool)."""
 
 
-class RunningBook:
-    """Predicted ends of the jobs the policy started, forgotten as soon as a job no longer runs (so the
-    book holds no more entries than jobs running plus jobs started in the last round)."""
+@dataclass(frozen=True)
+class Releases:
+    """When the busy whole cards of a snapshot free: (time, cards) lists, by group and by node."""
 
-    def __init__(self) -> None:
-        self._bookings: dict[str, RunningJob] = {}
-        self.node_releases: dict[str, list[tuple[float, int]]] = {}
-        """`cluster/node` -> (time, cards) its busy whole cards free at, as of the last `releases`."""
+    groups: dict[GroupKey, list[tuple[float, int]]]
+    """Per group (cluster, GPU type, pool)."""
+    nodes: dict[str, list[tuple[float, int]]]
+    """Per node (`cluster/node`)."""
 
-    def record(self, placement: Placement, end: float, whole_cards: bool) -> None:
-        """Remember that `placement` should end at `end`."""
-        cards = tuple((f"{placement.cluster}/{n}", c) for n, c in placement.nodes) if whole_cards else ()
-        self._bookings[placement.job_id] = RunningJob(end, cards)
 
-    def __len__(self) -> int:
-        return len(self._bookings)
-
-    def releases(self, snapshot: Snapshot) -> dict[GroupKey, list[tuple[float, int]]]:
-        """Per group, (time, cards) its busy whole cards free at, from the predicted ends: the book's
-        own, else the snapshot's (`Snapshot.running`: jobs started before a restart, or by another
-        process); cards of jobs neither knows free at infinity, and a job past its predicted end frees
-        its cards now. Forgets the jobs no longer running."""
-        running: set[str] = set()
-        out: dict[GroupKey, list[tuple[float, int]]] = {}
-        self.node_releases = {}
-        for state in snapshot.nodes:
-            node = state.node
-            key = (node.cluster, node.gpu_type, node.usage)
-            busy = node.gpu_count - state.free_gpus - len(state.shared)
-            for job_id in state.running:
-                running.add(job_id)
-                booking = self._bookings.get(job_id) or snapshot.running.get(job_id)
-                if booking is None:
-                    continue
-                cards = dict(booking.cards).get(node.key, 0)
-                if cards:
-                    out.setdefault(key, []).append((max(booking.end, snapshot.now), cards))
-                    self.node_releases.setdefault(node.key, []).append(
-                        (max(booking.end, snapshot.now), cards)
-                    )
-                    busy -= cards
-            if busy > 0:
-                out.setdefault(key, []).append((math.inf, busy))
-                self.node_releases.setdefault(node.key, []).append((math.inf, busy))
-        self._bookings = {j: b for j, b in self._bookings.items() if j in running}
-        return out
+def releases(snapshot: Snapshot) -> Releases:
+    """When each node's busy whole cards free, from the running jobs' predicted ends (`Snapshot.running`):
+    a job frees its cards on the node at its end, now if it is past it; cards no entry accounts for (a job
+    the snapshot has no end for, another scheduler's pods) free at infinity, as a service's do. An entry
+    names no more cards than the node has busy (a service scaled down since holds fewer)."""
+    groups: dict[GroupKey, list[tuple[float, int]]] = {}
+    nodes: dict[str, list[tuple[float, int]]] = {}
+    for state in snapshot.nodes:
+        node = state.node
+        held: list[tuple[float, int]] = []
+        busy = node.gpu_count - state.free_gpus - len(state.shared)
+        for job_id in state.running:
+            job = snapshot.running.get(job_id)
+            cards = 0 if job is None else min(busy, dict(job.cards).get(node.key, 0))
+            if cards > 0:
+                held.append((max(job.end, snapshot.now), cards))
+                busy -= cards
+        if busy > 0:
+            held.append((math.inf, busy))
+        if held:
+            groups.setdefault((node.cluster, node.gpu_type, node.usage), []).extend(held)
+            nodes[node.key] = held
+    return Releases(groups, nodes)
 
 
 class Projection:

@@ -4,11 +4,15 @@ Jobs are ranked by `priority` (higher first), then by their estimated runtime on
 (`snapshot.estimates`), ties in arrival order. Each takes the first option `cpn.policies.placement`
 offers among the GPU types it has an estimate for (own pool before hybrid, then inventory order); a job
 that cannot start now is skipped, not waited for, so short jobs behind it still start. Memory-aware, as
-`fifo` is. A job with no estimate for any GPU type (asked while anything is free), or that no node
-could ever take, is rejected with the reason; every job left queued gets its reason (cpn.policies.waiting).
+`fifo` is. A service (`JobSpec.is_service`) needs no estimate: it has no length to rank by and no end the
+queue could wait for, so it goes first within its priority, on any GPU type. A training job with no
+estimate for any GPU type (asked while anything is free), or a job no node could ever take, is rejected
+with the reason; every job left queued gets its reason (cpn.policies.waiting).
 """
 
 from __future__ import annotations
+
+import math
 
 from config.policies import SjfSettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot
@@ -29,13 +33,16 @@ class SjfPolicy:
         """Place jobs shortest first while anything is free; reject jobs that can never run."""
         capacity = Capacity(snapshot)
         placements: list[Placement] = []
-        rejections: list[Rejection] = []
+        rejections, pending = capacity.vet(estimated=True)
         left = []
         hopeless = capacity.hopeless(snapshot.shapes)
         if hopeless:
-            left = by_priority(snapshot.pending)
+            left = by_priority(pending)
         ranked = []
-        for order, job in enumerate(() if hopeless else snapshot.pending):
+        for order, job in enumerate(() if hopeless else pending):
+            if job.is_service:
+                ranked.append((-job.priority, -math.inf, order, job, None))
+                continue
             runtimes = usable_runtimes(snapshot, job)
             if not runtimes:
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
@@ -57,5 +64,5 @@ class SjfPolicy:
         waiting: tuple = ()
         if snapshot.explain:
             explainer = WaitingExplainer(capacity)
-            waiting = tuple(explainer.explain(job, estimated=True) for job in left)
+            waiting = tuple(explainer.explain(job, estimated=not job.is_service) for job in left)
         return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)

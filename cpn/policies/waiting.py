@@ -5,7 +5,10 @@ free) about every job it leaves queued. The reasons are tried as a funnel over t
 the first that removes every card the job could use is the answer (codes: cpn.decisions.WaitCode):
 
 1. `no-gpu-type`: no card is free at all, or none of a GPU type the job has an estimate for;
-2. `pool-or-taint`: free cards are only on nodes whose pool or taints the job may not use;
+2. `pool-or-taint`: free cards are only on nodes whose pool or taints the job may not use; then the
+   job's own pins on what is left (cpn.rules.constraint_problem): `no-gpu-type` when none is of a GPU
+   product it runs on, `pool-or-taint` when none is in a pool it asks for, `memory` when none has the
+   card memory it asks for;
 3. `no-estimate`: free cards it may use are of GPU types it has no runtime estimate for, and it has
    none for any type;
 4. `memory`: the free cards it may use have less GPU memory than it needs per card;
@@ -19,10 +22,11 @@ from __future__ import annotations
 
 import math
 
+from cpn.admission import Room
 from cpn.decisions import WaitCode, Waiting, shape_of
 from cpn.jobs import JobSpec
-from cpn.policies.placement import Capacity, Group, Slot, memory_need
-from cpn.rules import is_sharing, pick_shared_card
+from cpn.policies.placement import Capacity, Group, allowed, memory_need
+from cpn.rules import is_sharing
 
 
 class WaitingExplainer:
@@ -57,7 +61,8 @@ class WaitingExplainer:
                 typed.append(not estimated or (estimate is not None and estimate.runtime_s < math.inf))
                 mems.append(memory_need(job, estimate) if aware else None)
             has_any = not estimated or any(typed) or any(e.runtime_s < math.inf for e in row.values())
-            key = (shape_of(job), job.gpu_share, tuple(typed), tuple(mems), has_any)
+            pins = (job.gpu_products, job.node_pools, job.gpu_memory_min_gb)
+            key = (shape_of(job), job.gpu_share, pins, tuple(typed), tuple(mems), has_any)
             found = self._cache.get(key)
             if found is None:
                 types = None if not estimated else {g.gpu_type for g, t in zip(free, typed, strict=True) if t}
@@ -76,9 +81,6 @@ class WaitingExplainer:
             groups = self.capacity.groups()
             self._free = [g for g in groups if g.free]
             self._shared = [g for g in groups if g.free or g.shared_room]
-            self._rooms = {
-                g: sorted({_room_gb(s) for s in g.slots if s.free or s.shared}) for g in self._shared
-            }
         return self._shared if is_sharing(job) else self._free
 
     def _reason(
@@ -91,16 +93,19 @@ class WaitingExplainer:
         if not admitted:
             pools = ", ".join(sorted({g.usage for g in free}))
             return "pool-or-taint", f"free cards are only on nodes its pool or taints rule out ({pools})"
-        typed = admitted if types is None else [g for g in admitted if g.gpu_type in types]
+        pinned = {g: slots for g in admitted if (slots := allowed(job, tuple(_free_slots(g, job))))}
+        if not pinned:
+            return _pinned_out(job, [s for g in admitted for s in _free_slots(g, job)])
+        typed = list(pinned) if types is None else [g for g in pinned if g.gpu_type in types]
         if not typed:
-            free_types = ", ".join(sorted({g.gpu_type for g in admitted}))
+            free_types = ", ".join(sorted({g.gpu_type for g in pinned}))
             if has_any:
                 return "no-gpu-type", f"free: {free_types}; it has no runtime estimate for these types"
             return "no-estimate", f"no runtime estimate for the free GPU types ({free_types})"
         roomy = []
         for g in typed:
             mem = self.capacity.memory(job, g.gpu_type)
-            slots = [s for s in _free_slots(g, job) if mem is None or mem <= _room_gb(s)]
+            slots = [s for s in pinned[g] if mem is None or mem <= _room_gb(s)]
             if slots:
                 roomy.append((g, slots))
         if not roomy:
@@ -117,26 +122,40 @@ class WaitingExplainer:
         )
 
 
-def _free_slots(group: Group, job: JobSpec) -> list[Slot]:
+def _pinned_out(job: JobSpec, slots: list[Room]) -> tuple[WaitCode, str]:
+    """Why the free `slots` (of pools and taints the job may use) do not do for a job whose own pins
+    (GPU products, pools, least card memory) rule every one of them out."""
+    if job.gpu_products and all(s.node.gpu_product not in job.gpu_products for s in slots):
+        return "no-gpu-type", f"no free card of the GPU products it runs on ({', '.join(job.gpu_products)})"
+    if job.node_pools and all(s.node.usage not in job.node_pools for s in slots):
+        return (
+            "pool-or-taint",
+            f"free cards are only in pools it does not ask for ({', '.join(job.node_pools)})",
+        )
+    if job.gpu_memory_min_gb is not None and all(s.node.gpu_memory_gb < job.gpu_memory_min_gb for s in slots):
+        return "memory", f"the free cards have less than the {job.gpu_memory_min_gb:g} GB it asks for"
+    return "no-gpu-type", "no free card on a node of the GPU products, pools and card memory it asks for"
+
+
+def _free_slots(group: Group, job: JobSpec) -> list[Room]:
     """Slots of `group` jobs of the job's kind may use with a free card (or, sharing, a shared card)."""
     return [s for s in group.admits[job.kind] if s.free or (is_sharing(job) and s.shared)]
 
 
-def _room_gb(slot: Slot) -> float:
+def _room_gb(slot: Room) -> float:
     """GB the job could get per card on `slot`: a whole card's, or the most a shared card has left."""
     if slot.free:
         return slot.node.gpu_memory_gb
     return max((gb for _, gb in slot.shared), default=0.0)
 
 
-def _cards_fit(group: Group, slots: list[Slot], job: JobSpec, n: int) -> bool:
+def _cards_fit(group: Group, slots: list[Room], job: JobSpec, n: int) -> bool:
     """Whether the free cards of `slots` hold the job's gang (one node when a node is wide enough), CPU
     aside."""
     if is_sharing(job):
-        share = job.gpu_share or 1.0
-        return any(
-            s.free or pick_shared_card(s.shared, share, job.gpu_mem_gb or 0.0) is not None for s in slots
-        )
+        return any(s.free or s.joins(job) is not None for s in slots)
+    if job.spread:
+        return sum(s.free >= max(job.pod_gpus) for s in slots) >= len(job.pod_gpus)
     if n <= group.sizes[job.kind][0]:
         return any(s.free >= n for s in slots)
     return sum(s.free for s in slots) >= n

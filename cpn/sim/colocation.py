@@ -24,6 +24,7 @@ from types import MappingProxyType
 
 from cpn.formats.throughput import GAVEL_COLOCATED, ThroughputFormatError, ThroughputTable
 from cpn.gpus import canonical_gpu
+from cpn.model_names import model_key
 from cpn.sim.scaling import Config, ScaledThroughput
 
 UNMEASURED_FACTOR = 0.25
@@ -35,20 +36,28 @@ _COLUMNS = {"gpu_type", "job_a", "num_gpus_a", "job_b", "num_gpus_b", "steps_per
 
 
 def parse_job_name(name: str) -> Config:
-    """`ResNet-18 (batch size 16)` -> (`resnet-18`, 16); `A3C` -> (`a3c`, None)."""
+    """`ResNet-18 (batch size 16)` -> (`resnet18`, 16); `A3C` -> (`a3c`, None): models by their key."""
     match = _JOB_NAME.match(name.strip())
     if match:
-        return match["model"].lower(), int(match["batch"])
-    return name.strip().lower(), None
+        return model_key(match["model"]), int(match["batch"])
+    return model_key(name), None
+
+
+def _keyed(config: Config) -> Config:
+    """`config` with its model as its key (cpn.model_names.model_key), however it was spelt."""
+    return model_key(config[0]), config[1]
 
 
 class ColocationTable:
-    """Slowdown factors of jobs sharing a card, keyed by GPU type and the (job, partner) configurations."""
+    """Slowdown factors of jobs sharing a card, keyed by GPU type and the (job, partner) configurations.
+
+    Models match by key, so `("ResNet-18", 16)` and `("resnet_18", 16)` are one configuration.
+    """
 
     def __init__(self, factors: dict[tuple[str, Config, Config], float]) -> None:
-        self._factors = dict(factors)
+        self._factors = {(gpu, _keyed(job), _keyed(partner)): f for (gpu, job, partner), f in factors.items()}
         self._worst: dict[tuple[str, Config], float] = {}
-        for (gpu, job, _), factor in factors.items():
+        for (gpu, job, _), factor in self._factors.items():
             self._worst[(gpu, job)] = min(factor, self._worst.get((gpu, job), factor))
 
     @classmethod
@@ -97,7 +106,8 @@ class ColocationTable:
 
     def factor(self, gpu_type: str, job: Config, partner: Config) -> float:
         """How fast `job` runs next to `partner` on one card of `gpu_type`, relative to running alone."""
-        measured = self._factors.get((gpu_type, job, partner))
+        job = _keyed(job)
+        measured = self._factors.get((gpu_type, job, _keyed(partner)))
         if measured is not None:
             return measured
         return self._worst.get((gpu_type, job), UNMEASURED_FACTOR)

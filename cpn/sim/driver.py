@@ -48,8 +48,10 @@ class Timeline:
         return max(0.0, (sim_to - sim_from) / self.scale)
 
     @classmethod
-    def resume(cls, path: Path, scale: float, wall_now: float) -> Timeline:
-        """The timeline saved at `path`, rescaled to `scale` from now on; a new one starting at 0 if none."""
+    def resume(cls, path: Path, scale: float, wall_now: float, save: bool = True) -> Timeline:
+        """The timeline saved at `path`, rescaled to `scale` from now on; a new one starting at 0 if none.
+
+        Saved back to `path` unless `save` is off (a dry run, which writes nothing)."""
         if scale <= 0:
             raise ValueError(f"time scale must be > 0, got {scale}")
         sim_now = 0.0
@@ -57,7 +59,8 @@ class Timeline:
             saved = json.loads(path.read_text())
             sim_now = cls(saved["wall_anchor"], saved["sim_anchor"], saved["scale"]).sim_at(wall_now)
         timeline = cls(wall_now, sim_now, scale)
-        path.write_text(json.dumps({"wall_anchor": wall_now, "sim_anchor": sim_now, "scale": scale}))
+        if save:
+            path.write_text(json.dumps({"wall_anchor": wall_now, "sim_anchor": sim_now, "scale": scale}))
         return timeline
 
 

@@ -2,12 +2,15 @@
 
 Submitting a job holds specific cards from now until the job ends: all its cards at once (a gang), on
 one node or, for a job wider than a node, on several nodes of one cluster. A job with a `gpu_share`
-joins a card other sharing jobs hold while the shares sum to at most 1 (the card chosen as
-`cpn.rules.pick_shared_card` says), or opens a free card. The cluster admits a job only
-on a node of a pool whose taints it tolerates and of a GPU product, pool and memory the job allows
-(`cpn.rules.job_admission_problem`), and within
-the node's CPU; its memory is checked when it starts training, against the card's memory or, on a
-shared card, what its partners leave (OOM).
+joins a card other sharing jobs hold while the shares sum to at most 1, or opens the lowest free card.
+What the cluster takes is the admission rule's answer (`cpn.admission.admit`: nodes, gang, pools,
+taints and pins, free cards, shared cards, the node's CPU), which also says which shared card a job
+joins; its memory is checked when it starts training, against the card's memory or, on a shared card,
+what its partners leave (OOM).
+
+A service (`JobSpec.is_service`) serves for its trace lifetime (`JobSpec.duration_s`) or, without one,
+until `delete`; it trains nothing, so card partners neither slow it nor are slowed by it. `delete` ends
+any job now and frees its cards (a service `succeeded`, a training job `failed`, reason `deleted`).
 
 A job's end is an event on a heap ordered by (time, sequence number), so equal times resolve in
 submission order and the same inputs always give the same event sequence. A job sharing a card trains
@@ -20,16 +23,18 @@ the wall clock and nothing is random; time moves only through `advance`.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from cpn.adapters.gateway import OOM_REASON, JobEvent, SubmitRejected
+from cpn.adapters.gateway import DELETED_REASON, OOM_REASON, JobEvent, SubmitRejected
+from cpn.admission import Refused, admit
 from cpn.clock import SimClock
 from cpn.decisions import Placement
 from cpn.inventory import Node, NodeState, SharedCard
 from cpn.jobs import JobSpec
-from cpn.rules import gang_cpu, is_sharing, job_admission_problem, pick_shared_card
+from cpn.rules import is_sharing
 from cpn.sim.truth import GroundTruth, RunOutcome
 
 __all__ = ["Execution", "GroundTruth", "SimulatedGateway"]
@@ -95,7 +100,8 @@ class _Run:
 
     @property
     def trains(self) -> bool:
-        return self.outcome.succeeded
+        """Whether it trains (a run that fails, or a service, does not)."""
+        return self.outcome.steps_per_sec > 0
 
     @property
     def share(self) -> float:
@@ -156,19 +162,22 @@ class SimulatedGateway:
     def submit(self, job: JobSpec, placement: Placement) -> None:
         """Start `job` as placed; emit `running` now.
 
-        Raises SubmitRejected, changing nothing, when the placement names another job or the job is
-        already running; a node does not exist, is listed twice, is of another GPU type than the rest of
-        the gang, or is in a pool or has a taint the job may not use; the gang's cards do not add up to
-        the job's GPU count; or a node has too few free cards, card share or CPU.
+        Raises SubmitRejected, changing nothing, when the placement names another job, the job is
+        already running, or the admission rule refuses it (`cpn.admission.admit`, its reason).
         """
         if placement.job_id != job.job_id:
             raise SubmitRejected(f"placement is for {placement.job_id}, not {job.job_id}")
         if job.job_id in self._runs:
             raise SubmitRejected(f"job {job.job_id} is already running")
-        plan = self._check(job, placement)
-        card = self._shared_card(job, plan[0][0]) if is_sharing(job) else None
-        now = self.clock.now()
+        admitted = admit(job, placement, self._states)
+        if isinstance(admitted, Refused):
+            raise SubmitRejected(admitted.reason)
+        plan = admitted.nodes
         node = plan[0][0]
+        card = admitted.card
+        if card is None and is_sharing(job):  # opens a free card: the lowest
+            card = self._use[(node.cluster, node.name)].free[0]
+        now = self.clock.now()
         if card is None:
             free_gb = node.gpu_memory_gb
         else:
@@ -200,11 +209,12 @@ class SimulatedGateway:
             self._push(run)
 
     def _hold(
-        self, job: JobSpec, plan: list[tuple[Node, int]], card: int | None
+        self, job: JobSpec, plan: tuple[tuple[Node, int, float], ...], card: int | None
     ) -> tuple[tuple[Node, tuple[int, ...]], ...]:
-        """Take the gang's cards (the lowest free ones) and CPU on every node; a sharing job its card."""
+        """Take the gang's cards (the lowest free ones) and CPU on every node as admitted (node, cards,
+        CPU); a sharing job its card."""
         held = []
-        for node, count in plan:
+        for node, count, cpu in plan:
             key = (node.cluster, node.name)
             use = self._use[key]
             if card is None:
@@ -215,62 +225,16 @@ class SimulatedGateway:
                 if card in use.free:
                     use.free.remove(card)
                     use.shared[card] = _Card()
-            use.running[job.job_id] = gang_cpu(job, count)
+            use.running[job.job_id] = cpu
             self._states[key] = self._state(key)
             held.append((node, gpus))
         return tuple(held)
 
-    def _check(self, job: JobSpec, placement: Placement) -> list[tuple[Node, int]]:
-        """The gang's nodes and cards, or SubmitRejected saying what the cluster cannot do."""
-        plan = []
-        for name, count in placement.nodes:
-            key = (placement.cluster, name)
-            if key not in self._nodes:
-                raise SubmitRejected(f"no node {placement.cluster}/{name}")
-            node, use = self._nodes[key], self._use[key]
-            if any(n is node for n, _ in plan):
-                raise SubmitRejected(f"node {node.key} is listed twice in the placement of {job.job_id}")
-            if plan and node.gpu_type != plan[0][0].gpu_type:
-                raise SubmitRejected(f"a gang runs on one GPU type; {node.key} has {node.gpu_type}")
-            if (problem := job_admission_problem(node, job)) is not None:
-                raise SubmitRejected(problem)
-            if count < 1 or (count > len(use.free) and not is_sharing(job)):
-                raise SubmitRejected(
-                    f"node {node.key} has {len(use.free)} free GPUs; job {job.job_id} asks for {count}"
-                )
-            cpu_used = sum(use.running.values())
-            if cpu_used + gang_cpu(job, count) > node.cpu_cores:
-                raise SubmitRejected(
-                    f"node {node.key} has {node.cpu_cores - cpu_used:g} free CPU cores; "
-                    f"job {job.job_id} asks for {gang_cpu(job, count):g}"
-                )
-            plan.append((node, count))
-        if placement.total_gpus != job.num_gpus:
-            raise SubmitRejected(
-                f"job {job.job_id} needs {job.num_gpus} GPUs; the placement gives it {placement.total_gpus}"
-            )
-        return plan
-
-    def _shared_card(self, job: JobSpec, node: Node) -> int:
-        """The card a sharing job joins: bin packed (pick_shared_card), else the lowest free card."""
-        use = self._use[(node.cluster, node.name)]
-        indices = sorted(use.shared)
-        cards = [(use.shared[i].free_share(), use.shared[i].free_gb(node)) for i in indices]
-        pos = pick_shared_card(cards, _share(job), job.gpu_mem_gb or 0.0)
-        if pos is not None:
-            return indices[pos]
-        if not use.free:
-            room = max((share for share, _ in cards), default=0.0)
-            raise SubmitRejected(
-                f"node {node.key} has no free GPU and no shared card with room for a share of "
-                f"{_share(job):g} (most left: {room:g})"
-            )
-        return use.free[0]
-
     def _push(self, run: _Run) -> None:
         run.seq = self._seq
         self._seq += 1
-        heapq.heappush(self._heap, (run.end, run.seq, run.job.job_id))
+        if run.end < math.inf:  # a service with no lifetime has no end to wait for
+            heapq.heappush(self._heap, (run.end, run.seq, run.job.job_id))
 
     def _reschedule(self, node: Node, card: int, now: float) -> None:
         """Bring the training jobs on a shared card up to `now` and move their ends to their new rates."""
@@ -288,6 +252,13 @@ class SimulatedGateway:
         """Events since the last call, oldest first."""
         events, self._events = self._events, []
         return events
+
+    def delete(self, job_id: str) -> None:
+        """End the job now and free its cards (reason DELETED_REASON: a service `succeeded`, a training
+        job `failed`); a job not running here is left alone."""
+        run = self._runs.pop(job_id, None)
+        if run is not None:
+            self._finish(run, self.clock.now(), deleted=True)
 
     def held_jobs(self) -> frozenset[str]:
         """Jobs running now, and those whose end is not yet polled."""
@@ -314,8 +285,11 @@ class SimulatedGateway:
             self._finish(self._runs.pop(job_id), end)
         self.clock.advance_to(until)
 
-    def _finish(self, run: _Run, end: float) -> None:
+    def _finish(self, run: _Run, end: float, deleted: bool = False) -> None:
         kind = "succeeded" if run.outcome.succeeded else "failed"
+        reason = run.outcome.reason
+        if deleted:
+            kind, reason = ("succeeded" if run.job.is_service else "failed"), DELETED_REASON
         job_id = run.job.job_id
         for node, gpus in run.held:
             key = (node.cluster, node.name)
@@ -332,11 +306,9 @@ class SimulatedGateway:
             if not self.keep_executions:
                 continue
             self.executions.append(
-                Execution(
-                    job_id, node.cluster, node.name, gpus, run.start, end, kind, run.outcome.reason, run.share
-                )
+                Execution(job_id, node.cluster, node.name, gpus, run.start, end, kind, reason, run.share)
             )
-        self._events.append(JobEvent(job_id, kind, end, run.outcome.reason, self._measured_gb(run)))
+        self._events.append(JobEvent(job_id, kind, end, reason, self._measured_gb(run)))
         node = run.held[0][0]
         if run.card is not None and run.card in self._use[(node.cluster, node.name)].shared:
             self._reschedule(node, run.card, end)
@@ -350,13 +322,13 @@ class SimulatedGateway:
     def card_use(self) -> dict[tuple[str, str], dict[int, tuple[float, float]]]:
         """(cluster, node) -> card index -> (utilisation 0..1, GB of its memory in use), busy cards only.
 
-        What a DCGM exporter would read now (cpn.sim.exporter): a training run keeps its cards busy (by
-        its share on a shared card); every run but an OOM-killed one holds the memory it uses.
+        What a DCGM exporter would read now (cpn.sim.exporter): a training run or a service keeps its cards
+        busy (by its share on a shared card); every run but an OOM-killed one holds the memory it uses.
         """
         use: dict[tuple[str, str], dict[int, tuple[float, float]]] = {}
         for run in self._runs.values():
             gb = self._measured_gb(run) or 0.0
-            util = run.share if run.trains else 0.0
+            util = run.share if run.trains or run.job.is_service else 0.0
             for node, gpus in run.held:
                 cards = use.setdefault((node.cluster, node.name), {})
                 for i in gpus:

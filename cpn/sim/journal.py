@@ -2,9 +2,10 @@
 
 Real clusters keep running while cpn is stopped; simulated ones live in cpn's process. Each accepted
 submission is appended (and flushed to disk) to a JSON-lines file beside the job store before the
-scheduler records the job as submitted. On start-up the simulator replays the journal: the same
-submissions at the same simulated times give the same runs (the simulator is deterministic), and
-the events they produce are ones the store either has already (skipped) or missed while stopped.
+scheduler records the job as submitted, and so is each deletion. On start-up the simulator replays the
+journal: the same submissions and deletions at the same simulated times give the same runs (the
+simulator is deterministic), and the events they produce are ones the store either has already
+(skipped) or missed while stopped.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from cpn.adapters.gateway import JobEvent
 from cpn.decisions import Placement
@@ -21,25 +23,41 @@ from cpn.jobs import JobSpec
 from cpn.sim.gateway import SimulatedGateway
 
 
+class Entry(NamedTuple):
+    """One journaled act: a submission (`job` and `placement`) or a deletion (`deleted`, the job id)."""
+
+    time: float
+    job: JobSpec | None
+    placement: Placement | None
+    deleted: str | None = None
+
+
 class SubmissionJournal:
-    """Append-only record of a simulated gateway's accepted submissions."""
+    """Append-only record of a simulated gateway's accepted submissions and deletions."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
 
     def record(self, time: float, job: JobSpec, placement: Placement) -> None:
         """Append one submission and make it durable before returning."""
-        line = json.dumps(
-            {"time": time, "job": dataclasses.asdict(job), "placement": dataclasses.asdict(placement)},
-            separators=(",", ":"),
+        self._append(
+            {"time": time, "job": dataclasses.asdict(job), "placement": dataclasses.asdict(placement)}
         )
+
+    def record_delete(self, time: float, job_id: str) -> None:
+        """Append one deletion and make it durable before returning."""
+        self._append({"time": time, "deleted": job_id})
+
+    def _append(self, entry: dict) -> None:
+        line = json.dumps(entry, separators=(",", ":"))
         with self.path.open("a") as fh:
             fh.write(line + "\n")
             fh.flush()
             os.fsync(fh.fileno())
 
-    def entries(self) -> list[tuple[float, JobSpec, Placement]]:
-        """Every recorded submission, oldest first; a torn last line (a crash mid-write) is ignored."""
+    def entries(self) -> list[Entry]:
+        """Every recorded submission and deletion, oldest first; a torn last line (a crash mid-write) is
+        ignored."""
         if not self.path.exists():
             return []
         out = []
@@ -48,9 +66,12 @@ class SubmissionJournal:
                 raw = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if "deleted" in raw:
+                out.append(Entry(raw["time"], None, None, raw["deleted"]))
+                continue
             placement = raw["placement"]
             placement["extra_nodes"] = tuple(tuple(n) for n in placement["extra_nodes"])
-            out.append((raw["time"], JobSpec(**raw["job"]), Placement(**placement)))
+            out.append(Entry(raw["time"], JobSpec(**raw["job"]), Placement(**placement)))
         return out
 
 
@@ -63,11 +84,15 @@ class JournaledGateway:
 
     def restore(self) -> int:
         """Replay the journal into the (fresh) simulator; returns how many submissions were replayed."""
-        entries = self.journal.entries()
-        for time, job, placement in entries:
-            self.sim.advance(max(time, self.sim.clock.now()))
-            self.sim.submit(job, placement)
-        return len(entries)
+        submitted = 0
+        for entry in self.journal.entries():
+            self.sim.advance(max(entry.time, self.sim.clock.now()))
+            if entry.deleted is not None:
+                self.sim.delete(entry.deleted)
+            elif entry.job is not None and entry.placement is not None:
+                self.sim.submit(entry.job, entry.placement)
+                submitted += 1
+        return submitted
 
     def inventory(self) -> tuple[NodeState, ...]:
         """The simulator's inventory."""
@@ -77,6 +102,11 @@ class JournaledGateway:
         """Submit to the simulator; journal it once accepted."""
         self.sim.submit(job, placement)
         self.journal.record(self.sim.clock.now(), job, placement)
+
+    def delete(self, job_id: str) -> None:
+        """Delete in the simulator; journal it once done."""
+        self.sim.delete(job_id)
+        self.journal.record_delete(self.sim.clock.now(), job_id)
 
     def poll_events(self) -> list[JobEvent]:
         """The simulator's events."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cpn.model_names import model_key
+
 CUDA_CONTEXT_GB = 0.5
 """CUDA context, cuDNN/cuBLAS handles and allocator slack of one PyTorch process."""
 
@@ -47,9 +49,9 @@ class ModelMemory:
 
 MODELS: dict[str, ModelMemory] = {
     # CIFAR-10 ResNet-18 (32x32 inputs), SGD with momentum.
-    "resnet-18": ModelMemory(params_m=11.2, state_bytes_per_param=12, per_sample_gb=0.008),
+    "resnet18": ModelMemory(params_m=11.2, state_bytes_per_param=12, per_sample_gb=0.008),
     # ImageNet ResNet-50 (224x224 inputs), SGD with momentum; per-sample figure calibrated (see above).
-    "resnet-50": ModelMemory(params_m=25.6, state_bytes_per_param=12, per_sample_gb=0.086),
+    "resnet50": ModelMemory(params_m=25.6, state_bytes_per_param=12, per_sample_gb=0.086),
     # Transformer (6+6 layers, d_model 512, shared target embedding) on Multi30k, Adam.
     "transformer": ModelMemory(params_m=52.0, state_bytes_per_param=16, per_sample_gb=0.030),
     # Two-layer LSTM language model (200 units) on WikiText-2 (33,278 words, 35-step BPTT), plain SGD.
@@ -61,7 +63,7 @@ MODELS: dict[str, ModelMemory] = {
     # CycleGAN: two ResNet-9 generators + two PatchGAN discriminators, 256x256 images, Adam.
     "cyclegan": ModelMemory(params_m=28.3, state_bytes_per_param=16, per_sample_gb=2.5, fixed_batch=1),
 }
-"""Known models by lower-case name (the throughput table's spelling, case-insensitive)."""
+"""Known models by key (cpn.model_names.model_key: `ResNet-50`, `resnet50` and `resnet_50` are `resnet50`)."""
 
 
 def gpu_memory_gb(model: str, batch_size: int | None, num_gpus: int = 1) -> float | None:
@@ -69,7 +71,7 @@ def gpu_memory_gb(model: str, batch_size: int | None, num_gpus: int = 1) -> floa
 
     Unknown: a model not in MODELS, or a batched model without a batch size.
     """
-    spec = MODELS.get(model.lower())
+    spec = MODELS.get(model_key(model))
     if spec is None:
         return None
     batch = batch_size if batch_size is not None else spec.fixed_batch

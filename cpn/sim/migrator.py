@@ -6,8 +6,8 @@ import heapq
 
 from cpn.adapters.migrator import MigrationDone
 from cpn.clock import SimClock
-from cpn.engine.transfer import TransferTimes
 from cpn.jobs import JobSpec
+from cpn.transfer import TransferTimes
 
 
 class SimulatedMigrator:

@@ -29,9 +29,11 @@ import numpy as np
 
 from cpn.formats.throughput import ThroughputTable
 from cpn.gpus import canonical_gpu
+from cpn.model_names import model_key
 
 Config = tuple[str, int | None]
-"""A (model, batch size) configuration as the table keys it: lower-case model, batch or None."""
+"""A (model, batch size) configuration as the table keys it: the model's key (cpn.model_names.model_key),
+batch or None."""
 
 
 class ScaledThroughput:
@@ -41,17 +43,17 @@ class ScaledThroughput:
         self.table = table
         counts: dict[tuple[str, int | None, str], set[int]] = {}
         for r in table:
-            counts.setdefault((r.model.lower(), r.batch_size, r.gpu_type), set()).add(r.num_gpus)
+            counts.setdefault((model_key(r.model), r.batch_size, r.gpu_type), set()).add(r.num_gpus)
         self._counts = {key: tuple(sorted(c)) for key, c in counts.items()}
         self._configs = {(model, batch) for model, batch, _ in counts}
         self._ratios: dict[tuple[str, int, int, bool], float | None] = {}
 
     def config(self, model: str, batch_size: int | None) -> Config:
         """The table's key for a job's model and batch (batch 1 = the fixed batch where there is no 1)."""
-        key = (model.lower(), batch_size)
-        if key not in self._configs and batch_size == 1 and (model.lower(), None) in self._configs:
-            return (model.lower(), None)
-        return key
+        name = model_key(model)
+        if (name, batch_size) not in self._configs and batch_size == 1 and (name, None) in self._configs:
+            return (name, None)
+        return (name, batch_size)
 
     def steps_per_sec(
         self, model: str, batch_size: int | None, gpu_type: str, num_gpus: int, consolidated: bool = True

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cpn.adapters.gateway import OOM_REASON
+from cpn.adapters.gateway import DELETED_REASON, OOM_REASON
 from cpn.formats.throughput import ThroughputTable
 from cpn.jobs import JobSpec
 from cpn.sim.colocation import ColocationTable
@@ -22,23 +22,23 @@ from cpn.sim.scaling import ScaledThroughput
 LOAD_S = 60.0
 """Seconds from start to a job's first training step; jobs that cannot run fail then."""
 
-"""Failure reason of a job that needs more GPU memory than its cards have: exactly what Kubernetes reports."""
-
 
 @dataclass(frozen=True)
 class RunOutcome:
     """How one run goes: it trains at `steps_per_sec` alone, or fails after `duration_s` with `reason`."""
 
     duration_s: float
-    """Run time alone on its cards (a shared card's partners stretch it; see SimulatedGateway)."""
+    """Run time alone on its cards (a shared card's partners stretch a training run's; see
+    SimulatedGateway); a service's lifetime, infinite when it runs until deleted."""
     succeeded: bool
     reason: str = ""
     steps_per_sec: float = 0.0
-    """Training rate alone on its cards; 0 for a failed run."""
+    """Training rate alone on its cards; 0 for a failed run and a service."""
 
 
 class GroundTruth:
-    """The simulator's oracle of rates and memory: throughput tables and the memory model.
+    """The simulator's oracle of rates and memory: throughput tables and the memory model, each looking a
+    job's model up by its key (cpn.model_names.model_key), so every spelling of a model runs alike.
 
     `colocation` holds the measured slowdowns of jobs sharing a card; none = every pair unmeasured.
     """
@@ -95,11 +95,15 @@ class GroundTruth:
     ) -> RunOutcome:
         """How `job` goes on `num_gpus` cards of `gpu_type` with `free_memory_gb` free on each.
 
-        OOM first, then no total_steps, unmeasured, or measured not to run.
+        OOM first; then a service serves for its lifetime (`JobSpec.duration_s`, for ever without one)
+        and ends deleted; a training job fails with no total_steps, unmeasured, or measured not to run.
         """
         mem = self.memory_gb(job, num_gpus)
         if mem is not None and mem > free_memory_gb:
             return RunOutcome(self.load_s, False, OOM_REASON)
+        if job.is_service:
+            lifetime = job.duration_s if job.duration_s is not None else math.inf
+            return RunOutcome(lifetime, True, DELETED_REASON)
         config = f"{job.model} batch {job.batch_size} on {num_gpus}x {gpu_type}"
         if job.total_steps is None:
             return RunOutcome(self.load_s, False, "job has no total_steps; the simulator cannot time it")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from cpn.adapters.clusters import ClusterSet
-from cpn.adapters.gateway import ClusterGateway, SubmitRejected
+from cpn.adapters.gateway import DELETED_REASON, ClusterGateway, SubmitRejected
 from cpn.clock import SimClock
 from cpn.decisions import Placement
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
@@ -233,3 +233,51 @@ def test_held_jobs_are_the_submitted_ones_until_their_end_is_polled(harness):
     assert gw.held_jobs() == {"j1"}  # ended, but the end is not handed out yet
     assert [e.kind for e in gw.poll_events()] == ["running", "succeeded"]
     assert gw.held_jobs() == frozenset()
+
+
+SERVICE_MANIFEST = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: chat}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: chat}}
+  template:
+    metadata: {labels: {app: chat}}
+    spec:
+      containers: [{name: m, image: "srv:1", resources: {limits: {nvidia.com/gpu: 1}}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: chat}
+spec: {selector: {app: chat}, ports: [{port: 80}]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("spec", "placement", "end"),
+    [
+        (job("train", gpus=2), Placement("train", "east", "gpu-0", 2), "failed"),
+        (
+            JobSpec("team/chat", "ResNet-18", kind="inference", image="srv:1", manifest=SERVICE_MANIFEST),
+            Placement("team/chat", "west", "gpu-0", 1),
+            "succeeded",
+        ),
+    ],
+    ids=["training-job", "service"],
+)
+def test_deleting_a_job_frees_its_cards_at_once_and_reports_its_end(harness, spec, placement, end):
+    gw = harness.gateway
+    gw.submit(spec, placement)
+    assert [(e.job_id, e.kind) for e in gw.poll_events()] == [(spec.job_id, "running")]
+    assert free_gpus(gw) != ALL_FREE
+    gw.delete(spec.job_id)
+    assert free_gpus(gw) == ALL_FREE
+    (gone,) = gw.poll_events()
+    # A service runs until deleted: that is its end; a training job deleted did not finish.
+    assert (gone.job_id, gone.kind, gone.reason) == (spec.job_id, end, DELETED_REASON)
+    assert gw.held_jobs() == frozenset()
+    gw.delete(spec.job_id)  # deleting again, or a job never submitted, changes nothing
+    gw.delete("never-submitted")
+    harness.settle()
+    assert gw.poll_events() == [] and free_gpus(gw) == ALL_FREE

@@ -16,9 +16,9 @@ import pytest
 from config.settings import ClustersConfig
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import SimClock
-from cpn.engine.transfer import TransferTimes
 from cpn.jobs import JobSpec
 from cpn.sim.migrator import SimulatedMigrator
+from cpn.transfer import TransferTimes
 
 
 def clusters(registry_a: str | None = None, registry_b: str | None = None) -> ClustersConfig:

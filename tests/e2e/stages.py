@@ -4,6 +4,7 @@ ROUND_STAGES = frozenset(
     {
         "collect",
         "track-completions",
+        "cancel",
         "snapshot-and-estimates",
         "optimise",
         "publish-decisions",

@@ -8,13 +8,15 @@ import json
 import pytest
 from prefect.client.orchestration import get_client
 
+from config.runtime import runtime_settings
 from config.settings import load_profile
 from cpn.adapters.gateway import OOM_REASON
-from cpn.formats import generated
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.jobs import JobState
+from cpn.sim import generated
 from cpn.store import JobStore
 from flows.schedule import schedule_round
+from models.registry import champion_version
 from tests.e2e.stages import ROUND_STAGES
 
 pytestmark = pytest.mark.e2e
@@ -50,25 +52,28 @@ async def latest_round(flow_run_id) -> tuple[set[str], list]:
 def test_a_dry_run_publishes_the_decisions_and_changes_nothing(prefect_harness, home):
     state = schedule_round(dry_run=True, return_state=True)
     result = state.result()
-    assert result["pending"] == 12 and result["placed"] > 0 and result["submitted"] == 0
+    assert result.dry_run and result.pending == 12 and result.decided > 0 and result.placed == 0
     assert states(home) == {JobState.QUEUED: 12}
 
     names, (artifact,) = asyncio.run(latest_round(state.state_details.flow_run_id))
-    assert {"collect", "snapshot-and-estimates", "optimise", "publish-decisions"} <= names
-    assert not names & {"assign", "migrate", "submit"}, "a dry run must not reach the changing stages"
+    assert {"snapshot-and-estimates", "optimise", "publish-decisions"} <= names
+    changing = {"collect", "cancel", "assign", "migrate", "submit", "record-waiting"}
+    assert not names & changing, "a dry run must not reach the stages that write"
     assert "dry run" in artifact.description
     rows = artifact.data if isinstance(artifact.data, list) else json.loads(artifact.data)
     assert len(rows) == 12
     placed = [r for r in rows if r["outcome"] == "placed"]
-    assert len(placed) == result["placed"]
+    assert len(placed) == result.decided
     assert all(r["cluster"] and r["node"] and r["gpus"] >= 1 and r["predicted_runtime_s"] > 0 for r in placed)
     assert all(r["why"] for r in rows if r["outcome"] != "placed")
+    # The deployment's default estimates: the champion, trained and registered first in this fresh home.
+    assert champion_version(runtime_settings().mlflow_uri) == "1"
 
 
 def test_a_round_submits_through_every_stage_and_only_to_the_clusters_asked(prefect_harness, home):
-    state = schedule_round(policy="greedy", clusters=["gz-v100"], return_state=True)
+    state = schedule_round(policy="greedy", clusters=["gz-v100"], estimates="oracle", return_state=True)
     result = state.result()
-    assert result["submitted"] + result["migrating"] == result["placed"] > 0
+    assert result.placed + result.migrating + result.submit_refused == result.decided > 0
     with JobStore(home / "jobs.db") as store:
         started = [r for r in store.jobs() if r.state != JobState.QUEUED]
     assert started and all(r.cluster == "gz-v100" for r in started)
@@ -76,7 +81,7 @@ def test_a_round_submits_through_every_stage_and_only_to_the_clusters_asked(pref
     names, _ = asyncio.run(latest_round(state.state_details.flow_run_id))
     assert ROUND_STAGES <= names
 
-    again = schedule_round(policy="greedy", clusters=["gz-v100"])
+    again = schedule_round(policy="greedy", clusters=["gz-v100"], estimates="oracle")
     # The next run resumes the same store and simulated clusters: what was submitted stays submitted (a
     # copy in flight is not: the simulated migrator keeps no journal, and reconcile queues it again), but
     # a job OOM-killed meanwhile is queued again for a larger card (re-planning), however long that took.
@@ -84,10 +89,10 @@ def test_a_round_submits_through_every_stage_and_only_to_the_clusters_asked(pref
         replanned = sum(
             any(t.reason.startswith(OOM_REASON) for t in store.history(r.job_id)) for r in store.jobs()
         )
-    assert again["pending"] == 12 - result["submitted"] + replanned
+    assert again.pending == 12 - result.placed + replanned
 
 
 def test_an_unknown_cluster_fails_the_round_and_names_the_known_ones(prefect_harness, home):
     with pytest.raises(ValueError, match="not in the inventory; known: .*gz-v100"):
-        schedule_round(clusters=["nowhere"])
+        schedule_round(clusters=["nowhere"], estimates="oracle")
     assert states(home) == {JobState.QUEUED: 12}

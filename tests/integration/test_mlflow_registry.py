@@ -17,6 +17,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from cpn.engine.feedback import CompletedRun
 from cpn.jobs import JobSpec
 from models.features import PredictorInputError
 from models.registry import (
@@ -27,7 +28,7 @@ from models.registry import (
     queries_frame,
     train_and_register,
 )
-from models.retrain import Observation, retrain
+from models.retrain import retrain
 from tests.unit.test_predictor_support import benchmarks_dict, catalog, rows
 
 pytestmark = pytest.mark.integration
@@ -215,14 +216,14 @@ def test_cpn_predictor_train_records_the_completions_it_trained_on(store, tmp_pa
 
 
 def test_retrain_learns_completed_jobs(store):
-    observations = [
-        Observation(
-            "densenet121", 32, "Tesla-V100-SXM2-16GB", 1, total_steps=3000, runtime_s=100.0, gpu_mem_gb=9.0
+    runs = [
+        CompletedRun(
+            "ns/a", "densenet121", 32, "Tesla-V100-SXM2-16GB", 1, 3000, 100.0, 200.0, gpu_mem_gb=9.0
         ),
-        Observation("densenet121", 32, "p100", 1, total_steps=3000, runtime_s=175.0, gpu_mem_gb=9.0),
+        CompletedRun("ns/b", "densenet121", 32, "p100", 1, 3000, 175.0, 300.0, gpu_mem_gb=9.0),
     ]
     options = {"estimators": ["rf"], "params": SMALL, "model_name": NAME, "splits": ()}
-    results = retrain(observations, rows(), catalog(), store, **options)
+    results = retrain(runs, rows(), catalog(), store, **options)
     assert results[0].champion
     run = MlflowClient(tracking_uri=store).get_run(results[0].run_id)
     assert run.data.params["rows"] == str(len(rows()) + 2)

@@ -13,8 +13,8 @@ import pytest
 from cli import main
 from config.settings import ClustersConfig
 from cpn.adapters.registry import CopyFailed, SkopeoMigrator, copy_image
-from cpn.engine.transfer import TransferTimes
 from cpn.jobs import JobSpec
+from cpn.transfer import TransferTimes
 from tests.integration.servers import ThrottledProxy, build_oci_image, push_oci, registry
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry, pytest.mark.timeout(180)]

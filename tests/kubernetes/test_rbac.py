@@ -85,6 +85,7 @@ def test_the_cpn_role_grants_every_call_of_a_jobs_life(server):
         wait_for(gw.poll_events)
         server.finish("team", "train", log="done")
         wait_for(gw.poll_events)  # the end reads the pod log
+        gw.delete("team/train")  # its objects and those that came with it, found by cpn's labels
     finally:
         gw.close()
     calls = {needed(m, p) for m, p in server.requests}

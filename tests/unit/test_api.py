@@ -35,24 +35,51 @@ def post_file(client: TestClient, name: str, folder: Path = EXAMPLES):
     return client.post("/jobs", content=(folder / name).read_bytes(), headers=YAML)
 
 
+def outcomes(response) -> list[dict]:
+    """Each job's id and status in a POST /jobs answer (each also says what was read: `read`)."""
+    return [{"job_id": j["job_id"], "status": j["status"]} for j in response.json()["jobs"]]
+
+
 def test_post_yaml_creates_jobs(client, store):
     response = post_file(client, "queue.yaml")
     assert response.status_code == 201
-    assert response.json() == {
-        "jobs": [
-            {"job_id": "default/lm-small", "status": "created"},
-            {"job_id": "default/recommendation-bs2048", "status": "created"},
-            {"job_id": "default/cyclegan", "status": "created"},
-        ]
-    }
+    assert list(response.json()) == ["jobs"]
+    assert outcomes(response) == [
+        {"job_id": "default/lm-small", "status": "created"},
+        {"job_id": "default/recommendation-bs2048", "status": "created"},
+        {"job_id": "default/cyclegan", "status": "created"},
+    ]
     assert store.counts()[JobState.QUEUED] == 3
+
+
+def test_the_answer_says_what_was_read_of_each_job(client):
+    lm_small, _, cyclegan = post_file(client, "queue.yaml").json()["jobs"]
+    assert lm_small["read"] == {
+        "kind": "training",
+        "pods": 1,
+        "gpus_per_pod": [1],
+        "gpus": 1,
+        "gpus_from": 'resources.limits["nvidia.com/gpu"] of the pods\' containers',
+        "gpu_products": [],
+        "node_pools": ["hybrid", "training"],
+        "priority": 0,
+        "gpu_share": None,
+        "gpu_mem_gb": None,
+        "gpu_memory_min_gb": None,
+        "cpu": 1.0,
+    }
+    assert cyclegan["read"]["gpus_from"] == (
+        "annotation gpu_count: 1 per pod of spec.tasks[0].template, no nvidia.com/gpu limit"
+    )
+    shown = client.get("/jobs/default/cyclegan").json()["read"]
+    assert shown == cyclegan["read"]
 
 
 def test_reposting_is_200_with_already_exists(client, store):
     post_file(client, "training-job.yaml")
     again = post_file(client, "training-job.yaml")
     assert again.status_code == 200
-    assert again.json()["jobs"] == [{"job_id": "team-vision/resnet50-bs64", "status": "already_exists"}]
+    assert outcomes(again) == [{"job_id": "team-vision/resnet50-bs64", "status": "already_exists"}]
     assert len(store.history("team-vision/resnet50-bs64")) == 1
 
 

@@ -35,6 +35,7 @@ def test_submit_queues_every_file_and_reports_each_job(db, capsys):
     assert main(["submit", "--store", str(db), *files]) == 0
     out = capsys.readouterr().out
     assert "queued  team-vision/resnet50-bs64" in out and "4 new job(s) queued" in out
+    assert "read: 1 pod x 2 GPUs = 2 GPUs (resources.limits" in out
     assert stored_ids(db) == [
         "team-vision/resnet50-bs64",
         "default/lm-small",
@@ -163,6 +164,7 @@ def test_job_shows_spec_and_history(db, capsys):
     assert main(["job", "transformer-wmt", "--manifest"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^state +schedule-failed$", out, re.M) and re.search(r"^num_gpus +4$", out, re.M)
+    assert re.search(r"^read +1 pod x 4 GPUs = 4 GPUs \(annotation gpu_count: 4 per pod", out, re.M)
     assert "queued  schedule-failed" in out and "no node has 4 free GPUs" in out
     assert "kind: Job" in out.split("manifest:")[1]
 

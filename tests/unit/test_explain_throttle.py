@@ -54,3 +54,18 @@ def test_a_throttled_scheduler_explains_the_first_round_only_and_keeps_what_it_r
     s.round()
     assert s.store.get("ns/b").waiting.code == "no-gpu-type"
     assert s.store.get("ns/b").state == JobState.QUEUED
+
+
+def test_the_throttle_reads_the_clocks_wall_time_not_the_machines():
+    wall = [100.0]
+    clock = SimClock(wall=lambda: wall[0])
+    store = JobStore(":memory:", clock=clock)
+    store.submit([JobSpec(job_id="ns/a", model="m")])
+    s = Scheduler(store, Busy(), make_policy("fifo"), clock, explain_every_s=10.0)
+    assert s.snapshot().explain
+    wall[0] = 109.9
+    assert not s.snapshot().explain
+    wall[0] = 110.0
+    assert s.snapshot().explain
+    clock.advance_to(1e6)  # simulated time jumping ahead costs no wall time: no new explanation
+    assert not s.snapshot().explain

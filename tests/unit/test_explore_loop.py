@@ -8,13 +8,13 @@ from cpn.clock import SimClock
 from cpn.decisions import Estimate
 from cpn.engine.explore import LEAST_FREQUENT, held_out_model, runtime_checks, table_without
 from cpn.engine.feedback import CompletedRun
-from cpn.engine.replay import arrivals_from_jobs, replay
 from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node
 from cpn.jobs import JobSpec, JobState
 from cpn.policies.fifo import FifoPolicy
 from cpn.sim.gateway import SimulatedGateway
+from cpn.sim.replay import arrivals_from_jobs, replay
 from cpn.sim.truth import GroundTruth
 from cpn.store import JobStore
 

@@ -21,7 +21,7 @@ from cpn.store import JobStore
 from models.benchmarks import BenchmarkCatalog
 from models.features import training_rows
 from models.predictor import fit_predictor
-from models.retrain import Observation, observations_from_runs
+from models.retrain import training_row
 
 LAMBDA = DATA_DIR / "lambda"
 GPU = "NVIDIA-H100-80GB-HBM3"
@@ -120,9 +120,10 @@ def test_an_fp16_job_gets_the_fp16_workloads_shorter_runtime_from_the_predictor(
 
 def test_a_completed_fp16_run_teaches_the_fp16_workload():
     run = CompletedRun("ns/tts", "tacotron2", 256, GPU, 8, 100_000, 100.0, 500.0, precision="fp16")
-    (obs,) = observations_from_runs([run])
-    assert obs.row().precision == "fp16" and obs.row().steps_per_sec == pytest.approx(1000.0)
-    assert Observation("tacotron2", 256, GPU, 8, 100_000, 100.0, precision="AMP").precision == "fp16"
+    row = training_row(run)
+    assert row.precision == "fp16" and row.steps_per_sec == pytest.approx(1000.0)
+    amp = CompletedRun("ns/tts", "tacotron2", 256, GPU, 8, 100_000, 100.0, 500.0, precision="AMP")
+    assert training_row(amp).precision == "fp16"
 
 
 def test_a_trace_row_may_give_the_precision_and_a_bad_one_names_line_and_column(tmp_path):

@@ -10,10 +10,10 @@ import pytest
 
 from config.settings import ClustersConfig
 from cpn.bootstrap import Service, build_service
-from cpn.engine.estimates import OracleEstimates
 from cpn.engine.live import LiveLoop
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.jobs import JobSpec, JobState
+from cpn.sim.estimates import OracleEstimates
 from cpn.sim.journal import SubmissionJournal
 from cpn.store import JobStore
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 from config.settings import ClustersConfig
 from cpn.adapters.migrator import MigrationDone
 from cpn.clock import SimClock
-from cpn.engine.estimates import OracleEstimates
 from cpn.engine.scheduler import MAX_MIGRATION_FAILURES, Scheduler
-from cpn.engine.transfer import TransferTimes
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node
 from cpn.jobs import JobSpec, JobState
 from cpn.policies import make_policy
+from cpn.sim.estimates import OracleEstimates
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.truth import GroundTruth
 from cpn.store import JobStore
+from cpn.transfer import TransferTimes
 
 TABLE = ThroughputTable([ThroughputRow("ResNet-18", 32, "v100", 1, 1.0)])
 CLUSTERS = ClustersConfig.model_validate(

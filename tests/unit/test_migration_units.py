@@ -11,8 +11,8 @@ import pytest
 import cpn.adapters.registry as registry
 from config.settings import ClustersConfig
 from cpn.adapters.registry import CopyFailed, ImageRef, SkopeoMigrator, copy_image, manifest_bytes
-from cpn.engine.transfer import MIN_LEARN_BYTES, TransferTimes
 from cpn.jobs import JobSpec
+from cpn.transfer import MIN_LEARN_BYTES, TransferTimes
 
 
 @pytest.mark.parametrize(

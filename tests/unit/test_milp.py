@@ -11,7 +11,7 @@ from types import MappingProxyType
 
 import pytest
 
-from cpn.decisions import Estimate, Snapshot
+from cpn.decisions import Estimate, RunningJob, Snapshot
 from cpn.inventory import Node, NodeState, Taint
 from cpn.jobs import JobSpec
 from cpn.policies import make_policy
@@ -31,9 +31,17 @@ def job(job_id: str, gpus: int = 1, arrival: float = 0.0, **kw) -> JobSpec:
     return JobSpec(job_id, "ResNet-18", batch_size=32, num_gpus=gpus, total_steps=1, arrival_s=arrival, **kw)
 
 
-def snap(now, jobs, states, runtimes) -> Snapshot:
+def snap(now, jobs, states, runtimes, running=None) -> Snapshot:
+    """`running`: job id -> (predicted end, `cluster/node`, cards) of the jobs running on `states`."""
     estimates = {j: {g: Estimate(t) for g, t in row.items()} for j, row in runtimes.items()}
-    return Snapshot(now=now, pending=tuple(jobs), nodes=tuple(states), estimates=MappingProxyType(estimates))
+    ends = {j: RunningJob(end, ((where, cards),)) for j, (end, where, cards) in (running or {}).items()}
+    return Snapshot(
+        now=now,
+        pending=tuple(jobs),
+        nodes=tuple(states),
+        estimates=MappingProxyType(estimates),
+        running=MappingProxyType(ends),
+    )
 
 
 def running(n: Node, *job_ids: str, free: int = 0) -> NodeState:
@@ -52,7 +60,8 @@ def test_a_long_job_waits_for_the_fast_card_that_frees_soon_where_greedy_takes_t
     assert {p.node for p in milp.decide(first).placements} == {"v"}
     # Round 2: a long job arrives: 100 h on the K80 now, or 10 h on the V100 once it frees at 1 h.
     runtimes = {"long": {"k80": 100 * H, "v100": 10 * H}}
-    second = snap(60.0, [job("long", arrival=60.0)], [NodeState(K, 1), running(V, "short")], runtimes)
+    ends = {"short": (H, "a/v", 1)}  # the snapshot says when it ends: the policy keeps nothing
+    second = snap(60.0, [job("long", arrival=60.0)], [NodeState(K, 1), running(V, "short")], runtimes, ends)
     assert [p.node for p in greedy.decide(second).placements] == ["k"]
     decision = milp.decide(second)
     assert decision.placements == ()
@@ -109,7 +118,8 @@ def _replay(policy_name: str, **settings) -> float:
         queue += [j for j in pending_arrivals if j.arrival_s <= now]
         pending_arrivals = [j for j in pending_arrivals if j.arrival_s > now]
         busy = sum(4 if j == "wide" else 1 for j in running_until)
-        s = snap(now, queue, [NodeState(v, 4 - busy, running=tuple(running_until))], runtimes)
+        ends = {j: (t, "a/v", 4 if j == "wide" else 1) for j, t in running_until.items()}
+        s = snap(now, queue, [NodeState(v, 4 - busy, running=tuple(running_until))], runtimes, ends)
         for p in policy.decide(s).placements:
             if p.job_id == "wide":
                 return now

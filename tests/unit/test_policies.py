@@ -141,10 +141,11 @@ def test_pools_and_taints_as_the_seed_says(name):
     )
     decision = make_policy(name).decide(s)
     # t1 keeps to its own pool; t2 finds no room there and spills to hybrid; s1 takes the one inference
-    # card; s2 waits, as t2 filled the hybrid node; nobody uses the control-plane node. The optimiser
-    # starts the small jobs first (smallest GPU-time), so s2 takes a hybrid card and t2 waits for eight.
+    # card; s2 waits, as t2 filled the hybrid node; nobody uses the control-plane node. SJF and the
+    # optimiser start services first (they have no length to rank by), so s2 takes a hybrid card and t2
+    # waits for eight.
     placed = {j: nodes[0][1] for j, nodes in where(decision).items()}
-    if name == "milp":
+    if name in ("milp", "sjf"):
         assert placed.pop("t1") == "train" and set(placed) == {"s1", "s2"}
         assert set(placed.values()) == {"inf", "hyb"}
     else:
@@ -262,14 +263,17 @@ def workload(seed: int, n: int = 40) -> list[JobSpec]:
     for i in range(n):
         gpus = rng.choice([1, 1, 1, 2, 4, 8, 12, 16])
         share = rng.choice([None, None, 0.25, 0.5]) if gpus == 1 else None
+        kind = rng.choice(["training", "training", "inference"])
+        steps = rng.randint(50, 500)
         jobs.append(
             JobSpec(
                 job_id=f"j{i:02d}",
                 model=rng.choice(["ResNet-18", "ResNet-50"]),
                 batch_size=rng.choice([32, 128]),
                 num_gpus=gpus,
-                total_steps=rng.randint(50, 500),
-                kind=rng.choice(["training", "training", "inference"]),
+                total_steps=steps,
+                kind=kind,
+                duration_s=float(steps) if kind == "inference" else None,  # a service deleted in time
                 cpu=float(rng.randint(1, 6)),
                 gpu_share=share,
                 gpu_mem_gb=rng.choice([None, 4.0, 13.0]),

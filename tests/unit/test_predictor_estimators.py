@@ -12,8 +12,9 @@ import yaml
 from cli.predictor import register_bench
 from cpn.formats.throughput import ThroughputRow
 from models.estimators import ESTIMATORS, Prediction, make_estimator
-from models.evaluation import bench, config_key, folds, metrics, out_of_fold
+from models.evaluation import bench, metrics
 from models.features import PredictorInputError, Query
+from models.folds import config_key, folds, out_of_fold
 from tests.unit.test_predictor_support import benchmarks_dict, catalog, law, rows, write_csv
 
 FAST = {"rf": {"n_estimators": 50}, "xgb": {"n_estimators": 100, "members": 2}, "baseline": {}}

@@ -8,23 +8,13 @@ import numpy as np
 import pytest
 
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
-from models.features import FeatureBuilder, PredictorInputError, Query, model_key, training_rows
+from models.features import FeatureBuilder, PredictorInputError, Query, training_rows
 from tests.unit.test_predictor_support import catalog, rows
 
 
 @pytest.fixture(scope="module")
 def builder() -> FeatureBuilder:
     return FeatureBuilder(catalog()).fit(rows())
-
-
-def test_model_key_normalises_spelling():
-    assert model_key("ResNet-50") == model_key("resnet_50") == model_key(" RESNET 50 ") == "resnet50"
-
-
-@pytest.mark.parametrize("bad", ["", "--", None, 50])
-def test_model_key_rejects_names_without_letters_or_digits(bad):
-    with pytest.raises(PredictorInputError):
-        model_key(bad)
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,10 @@ from dataclasses import replace
 import pytest
 
 from config.benchmarks import BenchmarksConfig
-from cpn.engine.queue_view import MEMORY_MARGIN_GB
+from cpn.engine.feedback import CompletedRun
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.jobs import JobSpec
+from cpn.rules import MEMORY_MARGIN_GB
 from models.benchmarks import BenchmarkCatalog
 from models.features import training_rows
 from models.memory import (
@@ -28,7 +29,7 @@ from models.memory import (
     leave_gpu_out,
 )
 from models.predictor import fit_predictor
-from models.retrain import Observation
+from models.retrain import memory_sample
 from tests.unit.test_predictor_support import catalog as three_gpu_catalog
 from tests.unit.test_predictor_support import rows as all_fit_rows
 
@@ -141,10 +142,8 @@ def test_a_measured_peak_overrides_the_table():
     fp16 = [CardEvidence(e.model, e.batch_size, e.gpu_type, e.card_gb, e.ran, "fp16") for e in evidence]
     both = MemoryModel([MemorySample("bert", 32, 30.0)], evidence + fp16)
     assert both.estimate("bert", 32, precision="fp16").source == "fitted"
-    run = Observation(
-        "bert", 32, "NVIDIA-A10", 1, total_steps=100, runtime_s=10.0, gpu_mem_gb=20.0, precision="amp"
-    )
-    both = MemoryModel([MemorySample("bert", 32, 30.0), run.memory_sample()], evidence + fp16)
+    run = CompletedRun("ns/b", "bert", 32, "NVIDIA-A10", 1, 100, 10.0, 60.0, gpu_mem_gb=20.0, precision="amp")
+    both = MemoryModel([MemorySample("bert", 32, 30.0), memory_sample(run)], evidence + fp16)
     assert both.estimate("bert", 32, precision="fp16") == MemoryEstimate(20.0, "measured")
     assert both.predict("bert", 32) == 30.0
 

@@ -10,8 +10,8 @@ import pytest
 
 from cpn.formats.throughput import ThroughputRow
 from models.estimators import make_estimator
-from models.evaluation import out_of_fold
 from models.features import LOCAL_KINDS, NEIGHBOUR_FEATURES, FeatureBuilder, Query, query_of
+from models.folds import out_of_fold
 from tests.unit.test_predictor_support import catalog, law, rows
 
 RECTANGLES = [NEIGHBOUR_FEATURES.index(n) for n in ("nb_rect_count", "nb_rect_gpu", "nb_rect_both")]

@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from cpn.engine.feedback import CompletedRun
 from cpn.formats.throughput import ThroughputRow
 from cpn.jobs import JobSpec
-from models.evaluation import out_of_fold
 from models.features import EXTRAPOLATION_KINDS, PredictorInputError, Query
+from models.folds import out_of_fold
 from models.memory import MemoryModel, MemorySample
 from models.predictor import (
     CALIBRATION_FOLDS,
@@ -20,7 +21,7 @@ from models.predictor import (
     log_errors,
     served_spread,
 )
-from models.retrain import Observation, RetrainSchedule
+from models.retrain import RetrainSchedule, memory_sample, training_row
 from tests.unit.test_predictor_support import catalog, law, rows
 
 
@@ -132,12 +133,12 @@ def test_memory_follows_the_gpu_count_where_it_was_measured():
     assert memory.predict("LM", 20, 1) == 8.0  # one batch seen at that count: scaled in proportion
 
 
-def test_observation_becomes_a_row_and_a_memory_sample():
-    obs = Observation("LM", 20, "Tesla-V100-SXM2-16GB", 2, total_steps=6000, runtime_s=120.0, gpu_mem_gb=7.5)
-    row = obs.row()
+def test_a_completed_run_becomes_a_row_and_a_memory_sample():
+    run = CompletedRun("ns/lm", "LM", 20, "Tesla-V100-SXM2-16GB", 2, 6000, 120.0, 500.0, gpu_mem_gb=7.5)
+    row = training_row(run)
     assert (row.gpu_type, row.steps_per_sec, row.consolidated) == ("v100", 50.0, True)
-    assert obs.memory_sample() == MemorySample("LM", 20, 7.5, num_gpus=2)
-    assert Observation("LM", 20, "v100", 2, 6000, 120.0).memory_sample() is None
+    assert memory_sample(run) == MemorySample("LM", 20, 7.5, num_gpus=2)
+    assert memory_sample(CompletedRun("ns/lm", "LM", 20, "v100", 2, 6000, 120.0, 500.0)) is None
 
 
 @pytest.mark.parametrize(
@@ -150,17 +151,21 @@ def test_observation_becomes_a_row_and_a_memory_sample():
         ({"gpu_mem_gb": -1.0}, "gpu_mem_gb must be a positive number"),
     ],
 )
-def test_malformed_observations_are_rejected(kwargs, message):
+def test_malformed_completed_runs_are_rejected(kwargs, message):
     args = {
+        "job_id": "ns/lm",
         "model": "LM",
         "batch_size": 20,
         "gpu_type": "v100",
         "num_gpus": 1,
         "total_steps": 10,
         "runtime_s": 5.0,
+        "finished_at": 60.0,
     }
+    run = CompletedRun(**(args | kwargs))
     with pytest.raises(PredictorInputError, match=message):
-        Observation(**(args | kwargs)).memory_sample()
+        training_row(run)
+        memory_sample(run)
 
 
 def test_retrain_schedule_fires_on_completions_or_time():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from cpn.adapters.gateway import OOM_REASON, JobEvent
 from cpn.clock import SimClock
-from cpn.engine.replay import arrivals_from_jobs, replay
 from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node
@@ -13,6 +12,7 @@ from cpn.jobs import JobSpec, JobState
 from cpn.policies import make_policy
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.memory import gpu_memory_gb
+from cpn.sim.replay import arrivals_from_jobs, replay
 from cpn.sim.truth import GroundTruth
 from cpn.store import JobStore
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from cpn.jobs import JobState
-from cpn.policies.plan import RunningBook
+from cpn.policies.plan import releases
 from tests.unit.test_live_service import JOBS, TABLE, Wall, drive, open_service
 
 
@@ -38,9 +38,8 @@ def test_a_restarted_scheduler_predicts_when_the_running_jobs_end(tmp_path):
         assert predicted.end == record.updated_at + record.spec.total_steps / rate
         assert predicted.cards == tuple((f"{record.cluster}/{n}", c) for n, c in record.placement)
 
-    # A plan over time with an empty book (a new policy) frees those cards at the predicted ends.
-    releases = RunningBook().releases(snapshot)
-    ends = sorted(t for held in releases.values() for t, _ in held)
+    # A plan over time, from the snapshot alone, frees those cards at the predicted ends.
+    ends = sorted(t for held in releases(snapshot).groups.values() for t, _ in held)
     assert ends and all(t < math.inf for t in ends)
     assert sorted({snapshot.running[j].end for j in running}) == sorted(set(ends))
     restarted.close()

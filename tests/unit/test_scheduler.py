@@ -8,9 +8,7 @@ from config.settings import ClustersConfig
 from cpn.bench.report import summarize, timelines
 from cpn.clock import SimClock
 from cpn.decisions import Decision, Estimate, Snapshot
-from cpn.engine.replay import STUCK_REASON, arrivals_from_jobs, replay
 from cpn.engine.scheduler import Scheduler
-from cpn.engine.transfer import TransferTimes
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node
 from cpn.jobs import JobSpec, JobState
@@ -18,8 +16,10 @@ from cpn.policies.fifo import FifoPolicy
 from cpn.rules import EXCLUSIVE_REASON
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.migrator import SimulatedMigrator
+from cpn.sim.replay import STUCK_REASON, arrivals_from_jobs, replay
 from cpn.sim.truth import GroundTruth
 from cpn.store import JobStore
+from cpn.transfer import TransferTimes
 
 TABLE = ThroughputTable(
     [
@@ -174,8 +174,8 @@ def test_completed_runs_report_measured_runtime_on_the_node_gpu_type():
 def test_migrated_job_is_decided_from_where_its_data_now_is():
     # One card per site. The blocker holds a's card for 10 s, so x (data in a) copies to b (10 s). The copy
     # lands as a frees up, in the same round; x's data is in b now, and going back would cost another copy.
-    from cpn.engine.estimates import OracleEstimates
     from cpn.policies import make_policy
+    from cpn.sim.estimates import OracleEstimates
 
     one_a = Node("a", "a-0", "Tesla-V100-SXM2-16GB", 1, 16, 32, "training")
     one_b = Node("b", "b-0", "Tesla-V100-SXM2-16GB", 1, 16, 32, "training")
@@ -194,7 +194,7 @@ def test_migrated_job_is_decided_from_where_its_data_now_is():
 
 
 def test_noisy_estimates_differ_between_identical_jobs_but_not_between_calls():
-    from cpn.engine.estimates import NoisyOracle
+    from cpn.sim.estimates import NoisyOracle
 
     noisy = NoisyOracle(TABLE, sigma=0.3, seed=1)
     a, b = job("a"), job("b")
@@ -240,7 +240,7 @@ def test_without_explore_sharing_jobs_pack_onto_one_card():
 def test_finished_runs_report_measured_memory_which_feeds_the_predictor():
     from cpn.engine.feedback import completed_runs
     from cpn.sim.memory import gpu_memory_gb
-    from models.retrain import observations_from_runs
+    from models.retrain import memory_sample
 
     # "big" asks for more than the 16 GB card; the naive FIFO places it anyway, and it is OOM-killed
     # before it ever held its memory: nothing measured.
@@ -254,5 +254,5 @@ def test_finished_runs_report_measured_memory_which_feeds_the_predictor():
         "b": pytest.approx(gpu_memory_gb("ResNet-18", 32, 2)),
     }
     assert memory["b"] > memory["a"], "a data-parallel gang keeps gradient buckets and NCCL buffers"
-    observations = observations_from_runs(completed_runs(store, [NODE_A]))
-    assert sorted(o.gpu_mem_gb for o in observations) == sorted(memory.values())
+    samples = [memory_sample(r) for r in completed_runs(store, [NODE_A])]
+    assert sorted(s.gpu_mem_gb for s in samples) == sorted(memory.values())

@@ -7,10 +7,11 @@ import logging
 
 from config.settings import ClustersConfig
 from cpn.adapters.registry import SkopeoMigrator
-from cpn.bootstrap import MeasuredLoad, build_service
-from cpn.engine.estimates import OracleEstimates
+from cpn.bootstrap import build_service
+from cpn.engine.live_load import MeasuredLoad
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.jobs import JobSpec, JobState
+from cpn.sim.estimates import OracleEstimates
 from cpn.sim.migrator import SimulatedMigrator
 
 TABLE = ThroughputTable([ThroughputRow("ResNet-18", 32, "v100", 1, 1.0)])

@@ -10,6 +10,7 @@ from cpn.decisions import Placement
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node
 from cpn.jobs import JobSpec
+from cpn.model_names import model_key
 from cpn.sim.gateway import Execution, SimulatedGateway
 from cpn.sim.memory import MODELS, gpu_memory_gb
 from cpn.sim.truth import LOAD_S, GroundTruth
@@ -247,4 +248,4 @@ def test_memory_model_grows_with_batch_and_data_parallelism_and_knows_its_limits
     assert gpu_memory_gb("ResNet-50", None) is None
     assert gpu_memory_gb("unknown-model", 32) is None
     assert gpu_memory_gb("CycleGAN", None) == gpu_memory_gb("CycleGAN", 1)
-    assert set(MODELS) == {r.model.lower() for r in ThroughputTable.load()}
+    assert set(MODELS) == {model_key(r.model) for r in ThroughputTable.load()}

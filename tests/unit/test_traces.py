@@ -11,11 +11,11 @@ import yaml
 
 from config.settings import DATA_DIR, ClustersConfig
 from cpn.formats.gavel_trace import load_gavel_trace
-from cpn.formats.generated import GPU_COUNT_WEIGHTS, RUNTIME_RANGE_S, generate_queue
 from cpn.formats.manifests import to_manifest
 from cpn.formats.throughput import ThroughputTable
 from cpn.formats.trace_csv import TraceFormatError, load_trace_csv
 from cpn.jobs import JobSpec
+from cpn.sim.generated import GPU_COUNT_WEIGHTS, RUNTIME_RANGE_S, generate_queue
 from cpn.sim.memory import gpu_memory_gb
 
 HEADER = "job_id,arrival_s,model,batch_size,num_gpus,total_steps"

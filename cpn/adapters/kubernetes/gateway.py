@@ -14,6 +14,10 @@ end the tail of its pod's log is read (the failed pod's, else the first; `log_ta
 and bytes, and a failed end carries it on its event (`JobEvent.log_tail`, kept in the job store with
 the transition); where a `gpu_memory` source is given, the measured peak GPU memory goes on the event.
 
+`delete` removes a job's objects through the API (its workload, whose pods go with it, and the Services
+and ConfigMaps submitted with it) and reports its end at once, reason `deleted`: `succeeded` for a
+Deployment (a service runs until deleted), `failed` for a batch or Volcano Job.
+
 On start-up (`held_jobs`, or the first `poll_events`) the gateway lists what the cluster runs for cpn
 (by cpn's labels) and reports every job found afresh; the caller's store skips what it already has, and a
 job found on the cluster is never submitted twice.
@@ -31,17 +35,19 @@ from typing import Any
 from kubernetes import client, config
 
 from config.settings import Cluster
-from cpn.adapters.gateway import JobEvent, SubmitRejected
+from cpn.adapters.gateway import DELETED_REASON, JobEvent, SubmitRejected
+from cpn.admission import Admitted, Refused, admit
 from cpn.clock import Clock, WallClock
 from cpn.decisions import Placement
+from cpn.intake import SUPPORTED_KINDS
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
-from cpn.rules import gang_cpu, is_sharing, job_admission_problem, pick_shared_card
+from cpn.rules import is_sharing
 
 from .api import KINDS, VOLCANO, Api, ApiError, RetryPolicy
 from .binding import BindError, KubernetesBinder
 from .inventory import Claim, node_states, read_node, schedulable
-from .labels import CpnLabels, job_key
+from .labels import CpnLabels, job_key, object_name
 from .status import JobStatus, job_status
 from .validation import InvalidManifest, validate_object
 from .watch import CollectionWatch
@@ -163,8 +169,8 @@ class KubernetesGateway:
     def submit(self, job: JobSpec, placement: Placement) -> None:
         """Create the job's objects as placed; a job already on the cluster is left as it is.
 
-        Raises SubmitRejected, creating nothing, when the placement does not fit what the cluster has
-        now (unknown node, pool or taint, GPU product, too few cards or CPU), the manifest cannot be
+        Raises SubmitRejected, creating nothing, when the admission rule refuses the placement on what
+        the cluster has now (`cpn.admission.admit`, with its reason), the manifest cannot be
         bound or fails validation, or the API server refuses it (its message); and, after the retries,
         when the API server stays unavailable (a second try later is safe: names are deterministic).
         """
@@ -176,12 +182,13 @@ class KubernetesGateway:
             if job.job_id in self._claims or self._known(job.job_id):
                 return
         try:
-            states = {s.node.name: s for s in self.inventory()}
+            states = {(s.node.cluster, s.node.name): s for s in self.inventory()}
         except ApiError as exc:
             raise ApiRefusal(self.cluster, exc) from None
-        claim, problem = _claim(job, placement, states)
-        if problem:
-            raise SubmitRejected(problem)
+        admitted = admit(job, placement, states)
+        if isinstance(admitted, Refused):
+            raise SubmitRejected(admitted.reason)
+        claim = _claim(job, admitted, states)
         try:
             objects = self.binder.bind(job, placement)
             for obj in objects:
@@ -247,6 +254,44 @@ class KubernetesGateway:
                 log.warning(
                     "could not remove %s %s/%s: %s", obj["kind"], meta["namespace"], meta["name"], exc
                 )
+
+    def delete(self, job_id: str) -> None:
+        """Delete the job's objects (see the module doc) and report its end at once; a job with no
+        workload here is left alone. ApiError when the API server refuses or stays unavailable."""
+        namespace, name = object_name(job_id)
+        found: list[tuple[tuple[str, str], str]] = []
+        for key in SUPPORTED_KINDS:
+            try:
+                obj = KINDS[key].read(self.api, namespace, name)()
+            except ApiError as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            if _job_id_of(obj, self.labels) == job_id:
+                found.append((key, name))
+        if not found:
+            return
+        service = SUPPORTED_KINDS[found[0][0]] == "inference"
+        selector = f"{self.labels.job}={job_key(job_id)}"
+        for key, lister in (
+            (("v1", "Service"), self.api.core.list_namespaced_service),
+            (("v1", "ConfigMap"), self.api.core.list_namespaced_config_map),
+        ):
+            for obj in self.api.call(lister, namespace, label_selector=selector)["items"]:
+                if _job_id_of(obj, self.labels) == job_id:
+                    found.append((key, obj["metadata"]["name"]))
+        for key, obj_name in found:
+            try:
+                KINDS[key].delete(self.api, namespace, obj_name)()
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+        with self._lock:
+            self._claims.pop(job_id, None)
+            if _ORDER[self._seen.get(job_id, "submitted")] < _ORDER["succeeded"]:
+                phase = "succeeded" if service else "failed"
+                self._seen[job_id] = phase
+                self._events.append(JobEvent(job_id, phase, self.clock.now(), DELETED_REASON))
 
     # -- events ----------------------------------------------------------------------------------------
 
@@ -462,57 +507,20 @@ def _pod_count(workload: dict) -> int:
     return int(spec.get("parallelism", spec.get("replicas", 1)))
 
 
-def _claim(job: JobSpec, placement: Placement, states: Mapping[str, NodeState]) -> tuple[Claim, str | None]:
-    """What the placement holds, or why the cluster cannot run it now."""
-    empty = Claim(job.job_id, ())
-    held = []
-    gpu_type = None
-    for name, cards in placement.nodes:
-        state = states.get(name)
-        if state is None:
-            return empty, f"no GPU node {placement.cluster}/{name}"
-        node = state.node
-        if any(n == name for n, _, _ in held):
-            return empty, f"node {node.key} is listed twice in the placement of {job.job_id}"
-        if gpu_type is not None and node.gpu_type != gpu_type:
-            return empty, f"a gang runs on one GPU type; {node.key} has {node.gpu_type}"
-        gpu_type = node.gpu_type
-        problem = job_admission_problem(node, job)
-        if problem:
-            return empty, problem
-        if cards < 1 or (cards > state.free_gpus and not is_sharing(job)):
-            return (
-                empty,
-                f"node {node.key} has {state.free_gpus} free GPUs; job {job.job_id} asks for {cards}",
-            )
-        cpu = gang_cpu(job, cards)
-        if state.cpu_used + cpu > node.cpu_cores:
-            return empty, (
-                f"node {node.key} has {node.cpu_cores - state.cpu_used:g} free CPU cores; "
-                f"job {job.job_id} asks for {cpu:g}"
-            )
-        held.append((name, cards, cpu))
-    if placement.total_gpus != job.num_gpus:
-        return (
-            empty,
-            f"job {job.job_id} needs {job.num_gpus} GPUs; the placement gives it {placement.total_gpus}",
-        )
-    share = None
-    if is_sharing(job):
-        state = states[placement.node]
-        cards = [(c.free_share, c.free_memory_gb) for c in state.shared]
-        pos = pick_shared_card(cards, job.gpu_share or 1.0, job.gpu_mem_gb or 0.0)
-        if pos is not None:
-            share = (state.shared[pos].index, job.gpu_share or 1.0)
-        elif state.free_gpus > 0:
-            used = {c.index for c in state.shared}
-            share = (min(i for i in range(state.node.gpu_count) if i not in used), job.gpu_share or 1.0)
-        else:
-            return (
-                empty,
-                f"node {state.node.key} has no free GPU and no shared card with room for {job.gpu_share:g}",
-            )
-    return Claim(job.job_id, tuple(held), share), None
+def _claim(job: JobSpec, admitted: Admitted, states: Mapping[tuple[str, str], NodeState]) -> Claim:
+    """The admission rule's answer as this gateway's claim: cards and CPU per node until the pods show,
+    and for a sharing job its card (the one the rule picked, else the lowest index no sharing job holds:
+    HAMi picks the physical card, cpn's `card` annotation only accounts for it)."""
+    held = tuple((node.name, cards, cpu) for node, cards, cpu in admitted.nodes)
+    if not is_sharing(job):
+        return Claim(job.job_id, held)
+    card = admitted.card
+    if card is None:
+        node = admitted.nodes[0][0]
+        state = states[(node.cluster, node.name)]
+        used = {c.index for c in state.shared}
+        card = min(i for i in range(state.node.gpu_count) if i not in used)
+    return Claim(job.job_id, held, (card, job.gpu_share or 1.0))
 
 
 def api_client_for(kubeconfig: str | Path | None, context: str | None) -> client.ApiClient:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from cpn.decisions import Estimate
 from cpn.formats.throughput import ThroughputTable
 from cpn.jobs import JobSpec
+from cpn.model_names import model_key
 from cpn.sim.truth import GroundTruth
 
 
@@ -32,8 +33,16 @@ class OracleEstimates:
         return self._cache[key]
 
     def _cache_key(self, job: JobSpec) -> tuple:
-        """Jobs with the same key share estimates (the truth depends only on what runs)."""
-        return (job.model, job.batch_size, job.num_gpus, job.total_steps, job.gpu_mem_gb, job.precision)
+        """Jobs with the same key share estimates (the truth depends only on what runs: the model by its
+        key, however the job spells it)."""
+        return (
+            model_key(job.model),
+            job.batch_size,
+            job.num_gpus,
+            job.total_steps,
+            job.gpu_mem_gb,
+            job.precision,
+        )
 
     def _compute(self, job: JobSpec, gpu_type: str) -> Estimate | None:
         if job.total_steps is None:
