@@ -7,19 +7,16 @@ Exit status: 0 done; 2 bad arguments or an unusable tokens file.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from config.runtime import runtime_settings
 from cpn.auth import ALL_NAMESPACES, TokenFileError, create_token, load_tokens, revoke_token
-
-DEFAULT_TOKENS_FILE = Path(".cpn") / "tokens.yaml"
-"""Tokens file used without --tokens-file and CPN_TOKENS_FILE, relative to the working directory."""
 
 
 def tokens_path(arg: str | None) -> Path:
-    """The tokens file: `--tokens-file`, else `$CPN_TOKENS_FILE`, else DEFAULT_TOKENS_FILE."""
-    return Path(arg or os.environ.get("CPN_TOKENS_FILE") or DEFAULT_TOKENS_FILE)
+    """The tokens file: `--tokens-file`, else `$CPN_TOKENS_FILE`, else `tokens.yaml` in `$CPN_HOME`."""
+    return Path(arg) if arg else runtime_settings().tokens_path
 
 
 def tokens_file_argument(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +24,7 @@ def tokens_file_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokens-file",
         metavar="PATH",
-        help=f"API tokens file (default: $CPN_TOKENS_FILE, else {DEFAULT_TOKENS_FILE})",
+        help="API tokens file (default: $CPN_TOKENS_FILE, else tokens.yaml in $CPN_HOME, ~/.cpn by default)",
     )
 
 

@@ -10,6 +10,10 @@ It starts, each under cpn.processes' supervision (no process outlives `cpn up`, 
    otherwise. It starts once MLflow answers, so that the two never create the MLflow store at the same
    time; with no champion yet it trains one first (seconds, `logs/cpn-run.log` says how long).
 
+The API asks for bearer tokens unless `--no-auth` is given: on its first start `cpn up` makes an admin
+token for every namespace, keeps its hash in `$CPN_HOME/tokens.yaml` and the token itself in
+`$CPN_HOME/token` (mode 0600), and says so.
+
 It prints the URLs once each answers. Telemetry and update checks are off everywhere, so nothing waits
 on the internet. Output of every service goes to `$CPN_HOME/logs/NAME.log`.
 """
@@ -24,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from config.runtime import runtime_settings
+from config.runtime import RuntimeSettings, runtime_settings
 from config.settings import DEMO_DIR, REPO_ROOT
 
 TELEMETRY_OFF = {
@@ -65,6 +69,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--estimates",
         default="champion",
         help="cpn run's runtime estimates (see `cpn run --help`; default: %(default)s)",
+    )
+    p.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve cpn's API without tokens (anyone on this machine may submit and cancel); default: tokens",
     )
     p.add_argument(
         "--timeout", type=float, default=180, help="seconds each service may take to answer (default: 180)"
@@ -114,6 +123,30 @@ def service_env(prefect_url: str, mlflow_url: str) -> dict[str, str]:
     }
 
 
+ADMIN_TOKEN_NAME = "admin"
+"""Name of the token for every namespace that `cpn up` makes on its first start."""
+
+
+def ensure_admin_token(settings: RuntimeSettings) -> str:
+    """Make sure the API has a token: when the tokens file does not exist yet, make an admin token for
+    every namespace, its hash in the tokens file and the token in the client token file (mode 0600).
+    Returns what a person needs to know, in one line."""
+    from cpn.auth import ALL_NAMESPACES, create_token
+
+    tokens, client = settings.tokens_path, settings.client_token_path
+    if tokens.exists():
+        return f"API tokens from {tokens} (`cpn token create` makes more)"
+    tokens.parent.mkdir(parents=True, exist_ok=True)
+    token = create_token(tokens, ADMIN_TOKEN_NAME, [ALL_NAMESPACES])
+    client.touch(mode=0o600)
+    client.chmod(0o600)
+    client.write_text(token + "\n")
+    return (
+        f"made an admin token for every namespace: it is in {client} (readable by you only), its hash in "
+        f"{tokens}; clients send it as `Authorization: Bearer <token>`"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Start everything, wait until Ctrl-C/SIGTERM or a service dies; exit 2 on a busy port, 1 on a
     service that failed."""
@@ -137,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
     mlflow_url = f"http://127.0.0.1:{args.mlflow_port}"
     api_url = f"http://127.0.0.1:{args.api_port}"
     env = service_env(prefect_url, mlflow_url)
+    if not args.no_auth:
+        print(f"cpn up: {ensure_admin_token(settings)}", flush=True)
     py = sys.executable
     started = time.monotonic()
 
@@ -185,8 +220,7 @@ def run(args: argparse.Namespace) -> int:
                 "--config", args.config, "--port", str(args.api_port), "--time-scale", str(args.time_scale),
                 "--estimates", args.estimates,
             ]  # fmt: skip
-            if not os.environ.get("CPN_API_TOKEN"):
-                run_argv.append("--no-auth")
+            run_argv += ["--no-auth"] if args.no_auth else ["--tokens-file", str(settings.tokens_path)]
             sup.wait_ready(mlflow, f"{mlflow_url}/health", args.timeout)
             api = sup.start("cpn-run", run_argv, env=env, log_path=log("cpn-run"))
             sup.wait_ready(prefect, f"{prefect_url}/api/health", args.timeout)

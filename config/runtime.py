@@ -35,11 +35,16 @@ class RuntimeSettings(BaseSettings):
         description="MLflow tracking URI (CPN_TRACKING_URI); default: mlflow.db in the home folder.",
     )
 
+    tokens_file: Path | None = Field(
+        None,
+        description="API tokens file, hashes only (CPN_TOKENS_FILE); default: tokens.yaml in the home.",
+    )
+
     mlflow_ui: str | None = Field(
         None, description="Base URL of the MLflow UI on this store (CPN_MLFLOW_UI; `cpn up` sets it)."
     )
 
-    @field_validator("home", "store", mode="after")
+    @field_validator("home", "store", "tokens_file", mode="after")
     @classmethod
     def _absolute(cls, path: Path | None) -> Path | None:
         return None if path is None else path.expanduser().resolve()
@@ -55,6 +60,16 @@ class RuntimeSettings(BaseSettings):
     def store_path(self) -> Path:
         """The job store file, absolute."""
         return self.store or self.home / "jobs.db"
+
+    @property
+    def tokens_path(self) -> Path:
+        """The API tokens file (hashes only), absolute."""
+        return self.tokens_file or self.home / "tokens.yaml"
+
+    @property
+    def client_token_path(self) -> Path:
+        """The admin token `cpn up` makes on its first start, kept for the person who started it (0600)."""
+        return self.home / "token"
 
     @property
     def benchmarks_path(self) -> Path:
