@@ -89,6 +89,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--json", help="write the figures as JSON here")
     s.set_defaults(func=run_solver)
+    g = bench_sub.add_parser(
+        "gateway",
+        help="API calls per job of the Kubernetes gateway's live path, against a fake API server",
+        description=(
+            "Start a fake Kubernetes API server holding --nodes GPU nodes and --pods pods of other users, "
+            "start the Kubernetes gateway on it, submit --jobs one-card jobs and wait until its watches "
+            "report them all running; print the API calls and listed objects per job after the warm-up "
+            "(as the fake counted them) and the wall time."
+        ),
+    )
+    g.add_argument("--nodes", type=int, default=1000, help="GPU nodes (default: %(default)s)")
+    g.add_argument("--pods", type=int, default=10000, help="other users' pods (default: %(default)s)")
+    g.add_argument("--jobs", type=int, default=1000, help="jobs submitted (default: %(default)s)")
+    g.set_defaults(func=run_gateway)
     from cli.bench_intake import register_bench as register_intake_bench
 
     register_intake_bench(bench_sub)
@@ -169,4 +183,27 @@ def run_policies(args: argparse.Namespace) -> int:
     if args.plots:
         written = write_plots(result, args.clusters, args.plots)
         print(f"wrote {len(written)} plots to {args.plots}")
+    return 0
+
+
+def run_gateway(args: argparse.Namespace) -> int:
+    """Run `cpn bench gateway` and print its figures."""
+    from cpn.bench.gateway import bench_gateway
+
+    for name in ("nodes", "pods", "jobs"):
+        if getattr(args, name) < (0 if name == "pods" else 1):
+            print(f"cpn bench gateway: --{name} must be positive", file=sys.stderr)
+            return 2
+    try:
+        f = bench_gateway(args.nodes, args.pods, args.jobs)
+    except (ValueError, TimeoutError) as exc:
+        print(f"cpn bench gateway: {exc}", file=sys.stderr)
+        return 1
+    print(f"{f.jobs} jobs on {f.nodes} nodes with {f.pods} other pods")
+    print(f"warm-up: {f.warmup_calls} calls, {f.warmup_listed} objects listed, {f.warmup_s:.2f} s")
+    print(f"after it: {f.calls_per_job:.3f} API calls per job, {f.listed_per_job:.3f} objects listed per job")
+    for call, n in f.calls.items():
+        print(f"  {call}: {n}")
+    print(f"  watch (re)opens: {f.watch_opens}")
+    print(f"submitting: {f.submit_s:.2f} s; until all reported running: {f.running_s:.2f} s")
     return 0

@@ -157,6 +157,8 @@ def run_service(args: argparse.Namespace) -> int:
     import uvicorn
 
     from cpn.api import create_app
+    from cpn.ui.capacity import Capacity
+    from cpn.ui.pages import mount_ui
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -164,12 +166,14 @@ def run_service(args: argparse.Namespace) -> int:
         profile = load_profile(args.config)
         interval = _interval(args, profile)
         service = build(args, profile)
-        loop = LiveLoop(
-            service.scheduler,
-            interval,
-            simulation=service.driver,
-            on_round=after_each_round(args, profile, service),
-        )
+        capacity = Capacity(service.scheduler.cpu_threshold)
+        after = after_each_round(args, profile, service)
+
+        def after_and_record(result: RoundResult) -> None:
+            after(result)  # then the inventory for the web UI's clusters page, on the loop's own thread
+            capacity.record(service.gateway.inventory(), service.clock.now())
+
+        loop = LiveLoop(service.scheduler, interval, simulation=service.driver, on_round=after_and_record)
     except (ConfigError, ThroughputFormatError, StoreError, ValueError, FileNotFoundError) as exc:
         print(f"cpn run: {exc}", file=sys.stderr)
         return 2
@@ -177,7 +181,13 @@ def run_service(args: argparse.Namespace) -> int:
         service.start()
         server = uvicorn.Server(
             uvicorn.Config(
-                create_app(service.store, security=security),
+                mount_ui(
+                    create_app(service.store, security=security),
+                    service.store,
+                    security,
+                    capacity.view,
+                    service.clock.now,
+                ),
                 host=args.host,
                 port=args.port,
                 log_level="warning",

@@ -92,7 +92,8 @@ class _BadRequest(ValueError):
 def create_app(store: JobStore, *, security: ApiSecurity) -> FastAPI:
     """The intake API over `store`, admitting requests as `security` says; the caller owns the store.
 
-    Tests and a loopback-only server without tokens pass `ApiSecurity.no_auth(...)`.
+    Tests and a loopback-only server without tokens pass `ApiSecurity.no_auth(...)`. The web UI
+    (cpn.ui.pages.mount_ui) adds its pages to this app; the guard admits them by the UI's cookie.
     """
     app = FastAPI(
         title="cpn job intake",
@@ -308,7 +309,11 @@ class _Guard:
         if host not in sec.allowed_hosts:
             return 421, f"this server does not answer to host {clip(host, 60)!r}; use one it was told to", []
         origin = headers.get(b"origin")
-        if origin is not None and origin.decode("latin-1") not in sec.allowed_origins:
+        if (
+            origin is not None
+            and not _same_origin(origin, headers)
+            and origin.decode("latin-1") not in sec.allowed_origins
+        ):
             return 403, "cross-site requests are refused; call the API from a client, not a web page", []
         if origin is None and headers.get(b"sec-fetch-site", b"") == b"cross-site":
             return 403, "cross-site requests are refused; call the API from a client, not a web page", []
@@ -323,11 +328,13 @@ class _Guard:
         principal = None
         if scheme.lower() == b"bearer" and token.strip():
             principal = sec.authenticator.authenticate(token.strip().decode("latin-1"))
+        if principal is None and _is_ui(scope["path"]):
+            principal = sec.authenticator.authenticate(_cookie(headers, UI_COOKIE))
         if principal is not None:
             scope["cpn.principal"] = principal
             return None
-        if scope["path"] in _OPEN_PATHS:
-            return None
+        if scope["path"] in _OPEN_PATHS or _is_ui(scope["path"]):
+            return None  # the UI's pages send a browser without a valid cookie to its login form
         client = scope.get("client") or ("?", 0)
         reason = "unknown token" if token.strip() else "no bearer token"
         log.warning("refused %s %s from %s: %s", scope["method"], clip(scope["path"], 100), client[0], reason)
@@ -336,6 +343,29 @@ class _Guard:
             f"{reason}; send Authorization: Bearer <token> (tokens are made with `cpn token create`)",
             [(b"www-authenticate", b"Bearer")],
         )
+
+
+UI_COOKIE = "cpn_token"
+"""The cookie the web UI keeps a logged-in browser's token in (HttpOnly, SameSite=Strict, path /ui)."""
+
+
+def _is_ui(path: str) -> bool:
+    return path == "/ui" or path.startswith("/ui/")
+
+
+def _cookie(headers: dict[bytes, bytes], name: str) -> str:
+    """The value of one cookie of the request ('' without it)."""
+    for part in headers.get(b"cookie", b"").decode("latin-1").split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name:
+            return value
+    return ""
+
+
+def _same_origin(origin: bytes, headers: dict[bytes, bytes]) -> bool:
+    """Whether an Origin header names the server itself (a form of its own pages): its host and port are
+    the request's Host."""
+    return origin.partition(b"://")[2].lower() == headers.get(b"host", b"").strip().lower()
 
 
 def _headers(scope: dict) -> dict[bytes, bytes]:

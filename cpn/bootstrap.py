@@ -79,13 +79,16 @@ class Service:
     def start(self) -> None:
         """Bring a live service up to where it stopped: replay the simulated clusters' journal (reading it
         only), catch up with the wall clock, and, holding the store's lease, reconcile the store with what
-        the clusters hold (a read-only service changes nothing)."""
+        the clusters hold. A read-only service changes nothing: it holds the cards of the copies the store
+        has under way, as their scheduler does."""
         if self.journal is not None:
             self.journal.restore()
         if self.driver is not None:
             self.driver.catch_up()
         if self.lease is not None:
             self.scheduler.reconcile(self.gateway.held_jobs())
+        elif self.store.read_only:
+            self.scheduler.follow_copies()
 
     def close(self) -> None:
         """Stop the gateways' background work, release the store's lease and close the store."""
@@ -111,9 +114,9 @@ def _metrics_for(clusters: ClustersConfig) -> MeasuredLoad | None:
     watched = [c for c in clusters.clusters if c.prometheus_url]
     if not watched:
         return None
-    from cpn.adapters.prometheus import PrometheusMetrics
+    from cpn.adapters.prometheus import collected_in_background
 
-    return MeasuredLoad(PrometheusMetrics(watched))
+    return MeasuredLoad(collected_in_background(watched))
 
 
 def _migrator_for(

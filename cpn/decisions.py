@@ -160,6 +160,15 @@ class Waiting:
     """Human words: which GPU types, how much memory, which pool."""
     predicted_start: float | None = None
     """When the current plan starts it (seconds, the clock's time base); None = the policy has no plan."""
+    predicted_end: float | None = None
+    """When the forward look (cpn.engine.forecast) ends it; inf for a service; None = no forecast."""
+    start_low: float | None = None
+    """Earliest start the estimates' spread allows (Estimate.uncertainty); None = no forecast."""
+    start_high: float | None = None
+    """Latest start the estimates' spread allows; None = no forecast."""
+    moved: str = ""
+    """Why the predicted start moved since the previous forward look (an arrival with higher priority, a
+    job ending earlier or later than predicted, the nodes); empty when it did not move."""
 
 
 @dataclass(frozen=True)

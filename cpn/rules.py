@@ -54,18 +54,24 @@ def untolerated_taint(node: Node, kind: JobKind) -> Taint | None:
     return None
 
 
+def kind_admits(node: Node, kind: JobKind) -> bool:
+    """Whether jobs of `kind` may run on `node`: it is in one of their pools and they tolerate its taints
+    (`admission_problem` says why not; this is its fast answer, for the policies' hot path)."""
+    return node.usage in POOLS_FOR_KIND[kind] and untolerated_taint(node, kind) is None
+
+
 def admission_problem(node: Node, kind: JobKind) -> str | None:
-    """Why jobs of `kind` may not run on `node` (pool or taint), or None if they may."""
+    """Why jobs of `kind` may not run on `node` (pool or taint), or None if they may (`kind_admits`)."""
+    if kind_admits(node, kind):
+        return None
     pools = POOLS_FOR_KIND[kind]
     if node.usage not in pools:
         return f"node {node.key} is in the {node.usage} pool; {kind} jobs use {', '.join(sorted(pools))}"
     taint = untolerated_taint(node, kind)
-    if taint is not None:
-        return (
-            f"node {node.key} has taint {taint.key}={taint.value}:{taint.effect}, "
-            f"which {kind} jobs do not tolerate"
-        )
-    return None
+    return (
+        f"node {node.key} has taint {taint.key}={taint.value}:{taint.effect}, "
+        f"which {kind} jobs do not tolerate"
+    )
 
 
 def constraint_problem(node: Node, job: JobSpec) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from config.settings import ClustersConfig
 from cpn.jobs import JobSpec
 
@@ -54,6 +56,16 @@ class TransferTimes:
         payload_gb = job.image_size_gb + job.data_size_gb
         return payload_gb * BITS_PER_GB / self.bandwidth_gbps(src, dst)
 
-    def row(self, job: JobSpec, src: str | None) -> dict[str, float]:
-        """Seconds to every cluster from `src`."""
-        return {dst: self.seconds(job, src, dst) for dst in self.names}
+    def nearest(self, job: JobSpec, holders: Collection[str], dst: str) -> tuple[str | None, float]:
+        """The cluster among `holders` (those holding the job's image and data) to copy from to `dst`
+        soonest, and the seconds it takes: (`dst`, 0) when `dst` holds them already, (None, 0) when no
+        cluster does (a job with no location)."""
+        if not holders or dst in holders:
+            return (dst if holders else None), 0.0
+        return min(((src, self.seconds(job, src, dst)) for src in sorted(holders)), key=lambda ss: ss[1])
+
+    def row(self, job: JobSpec, *holders: str | None) -> dict[str, float]:
+        """Seconds to every cluster from the nearest of `holders` (None entries ignored): 0 to a cluster
+        that holds the payload already."""
+        held = {h for h in holders if h is not None}
+        return {dst: self.nearest(job, held, dst)[1] for dst in self.names}

@@ -8,8 +8,10 @@ the readings that are fresh are used (a frozen card has none: it is scheduled on
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Literal, Protocol
 
@@ -75,6 +77,8 @@ class ClusterMetrics:
     """(node, card index) of the cards whose values stopped changing: scheduled on inventory alone."""
     detail: str = ""
     """Why the health is not ok, in words."""
+    age_s: float = 0.0
+    """How old the reading was when handed out (BackgroundMetrics); 0 for one read on the spot."""
 
 
 class MetricsSource(Protocol):
@@ -83,3 +87,63 @@ class MetricsSource(Protocol):
     def sample(self) -> Mapping[str, ClusterMetrics]:
         """cluster name -> its metrics now; never raises for a cluster that does not answer (`unknown`)."""
         ...
+
+
+class BackgroundMetrics:
+    """A metrics source read by a daemon thread every `interval_s`, so that a round never waits for it.
+
+    `sample()` answers at once with the latest reading of each cluster and its age (`age_s`): a Prometheus
+    that is slow but up delays the collector, never the round. A cluster with no reading yet, or whose
+    latest one is older than `max_age_s`, is `unknown` (scheduled on inventory alone), with the reason.
+    """
+
+    def __init__(
+        self,
+        source: MetricsSource,
+        clusters: Sequence[str],
+        interval_s: float,
+        max_age_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.source = source
+        self.clusters = tuple(clusters)
+        self.interval_s = interval_s
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self._latest: dict[str, ClusterMetrics] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> Mapping[str, ClusterMetrics]:
+        """cluster name -> its latest reading, aged; starts the collector on the first call."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="metrics-collector", daemon=True)
+            self._thread.start()
+        now = self.clock()
+        with self._lock:
+            latest = dict(self._latest)
+        out = {}
+        for name in self.clusters:
+            reading = latest.get(name)
+            if reading is None:
+                out[name] = ClusterMetrics(name, now, "unknown", detail="no reading yet")
+                continue
+            age = max(0.0, now - reading.time)
+            if age > self.max_age_s:
+                detail = f"latest reading {age:.0f} s old (limit {self.max_age_s:g} s)"
+                out[name] = ClusterMetrics(name, reading.time, "unknown", age_s=age, detail=detail)
+            else:
+                out[name] = replace(reading, age_s=age)
+        return out
+
+    def close(self) -> None:
+        """Stop the collector (after the reading under way, if any)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            reading = self.source.sample()
+            with self._lock:
+                self._latest.update(reading)
+            self._stop.wait(self.interval_s)

@@ -1,8 +1,9 @@
 """The migration port: copy a job's image, model and data to another cluster.
 
 The real implementation copies images between OCI registries; the simulated one
-(cpn.sim.migrator) charges WAN transfer time. While a job migrates it holds no GPU;
-when the copy is done the job is queued again, located at the destination.
+(cpn.sim.migrator) charges WAN transfer time. While a job's copy runs, the scheduler holds the cards
+it was assigned (no other job takes them); when the copy is done the job is submitted to them, its payload
+now held by the destination as well as by the clusters that held it before.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from urllib3.util.retry import Retry
 
 from config.settings import WINDOW, Cluster, PromQueries
 from cpn.adapters.metrics import (
+    BackgroundMetrics,
     ClusterHealth,
     ClusterMetrics,
     GpuReading,
@@ -277,3 +278,14 @@ class PrometheusMetrics:
             detail="; ".join(details),
             frozen=frozen,
         )
+
+
+def collected_in_background(clusters: Sequence[Cluster]) -> BackgroundMetrics:
+    """The Prometheus metrics of `clusters`, read by a background collector once per scrape interval (the
+    shortest of theirs); a reading older than a cluster's staleness limit plus its timeout is not used."""
+    return BackgroundMetrics(
+        PrometheusMetrics(clusters),
+        [c.name for c in clusters],
+        interval_s=min(c.metrics.scrape_interval_s for c in clusters),
+        max_age_s=max(c.metrics.staleness_s + c.metrics.timeout_s for c in clusters),
+    )

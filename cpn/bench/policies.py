@@ -16,7 +16,7 @@ from pathlib import Path
 
 from config.policies import POLICY_NAMES, PolicySettings, policy_settings, setting_keys
 from config.settings import DATA_DIR, DEFAULT_CPU_THRESHOLD, ClustersConfig, load_model
-from cpn.bench.recorder import RecordingPolicy, solver_summary, start_errors
+from cpn.bench.recorder import RecordingPolicy, record_on, solver_summary, start_errors
 from cpn.bench.report import JobTimeline, busy_of, copies_per_job, summarize, timelines
 from cpn.bootstrap import build_simulation
 from cpn.engine.scheduler import EstimateSource
@@ -140,12 +140,14 @@ def run_policy(
     with the median error of its predicted starts and its solver's rounds (cpn.bench.recorder)."""
     recorder = RecordingPolicy(make_policy(settings))
     sim = build_simulation(clusters, ":memory:", recorder, table, cpu_threshold, estimator)
+    forecaster = record_on(sim.scheduler, recorder)
     started = time.perf_counter()
     replay(sim.scheduler, sim.simulator, sim.clock, arrivals_from_jobs(jobs), migrator=sim.migrator)
     wall = time.perf_counter() - started
     lines = tuple(timelines(sim.store))
     summary = summarize(lines, busy_of(sim.simulator.executions), sim.total_gpus, sim.migrator.total_s)
     summary["sim_wall_s"] = wall
+    summary["forecast_s"], summary["forecast_looks"] = forecaster.spent_s, forecaster.looks
     summary.update(start_errors(recorder, lines).as_summary())
     summary.update(copies_per_job(lines))
     summary.update(solver_summary(recorder.solver_rounds))

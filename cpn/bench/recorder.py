@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from cpn.bench.report import JobTimeline
 from cpn.decisions import Decision, Estimate, Snapshot, SolverRound
+from cpn.engine.forecast import Forecaster
+from cpn.engine.scheduler import Scheduler
 from cpn.jobs import JobSpec
 from cpn.policies.base import Policy
 from cpn.rules import POOLS_FOR_KIND
@@ -24,8 +26,9 @@ from cpn.rules import POOLS_FOR_KIND
 
 @dataclass
 class RecordingPolicy:
-    """`policy`, recording each job's predicted starts (when they changed, and when said), a naive
-    estimate of its start when first seen, and each round's solve."""
+    """`policy`, recording a naive estimate of each job's start when first seen and each round's solve;
+    and, given each round's final decision (`observe`), each job's predicted starts (when they changed,
+    and when said)."""
 
     policy: Policy
     predictions: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
@@ -50,15 +53,19 @@ class RecordingPolicy:
         started = time.perf_counter()
         decision = self.policy.decide(snapshot)
         self.decide_s.append(time.perf_counter() - started)
+        if decision.solver is not None:
+            self.solver_rounds.append(decision.solver)
+        return decision
+
+    def observe(self, snapshot: Snapshot, decision: Decision) -> None:
+        """Record the predicted starts of a round's final decision (the scheduler's `on_decision`: after
+        its forward look, cpn.engine.forecast), each job's when it changed."""
         for waiting in decision.waiting:
             if waiting.predicted_start is None:
                 continue
             said = self.predictions.setdefault(waiting.job_id, [])
             if not said or said[-1][1] != waiting.predicted_start:
                 said.append((snapshot.now, waiting.predicted_start))
-        if decision.solver is not None:
-            self.solver_rounds.append(decision.solver)
-        return decision
 
     def _estimate_naively(self, snapshot: Snapshot) -> None:
         """The naive estimate of every job seen queued for the first time this round.
@@ -100,6 +107,15 @@ class RecordingPolicy:
                 if s.node.gpu_type in gpu_types and s.node.usage in pools
             )
         return self._cards[key]
+
+
+def record_on(scheduler: Scheduler, recorder: RecordingPolicy, keep_plan: bool = False) -> Forecaster:
+    """Have `scheduler`, which decides by `recorder`, look forward with the policy `recorder` wraps (its
+    simulated rounds are no rounds of the run) and hand `recorder` each round's final decision; returns
+    the forecaster (its `spent_s` is what the forward look cost)."""
+    forecaster = scheduler.forecaster = Forecaster(recorder.policy, keep_plan)
+    scheduler.on_decision = recorder.observe
+    return forecaster
 
 
 def _runtimes(estimates: Mapping[str, Estimate]) -> dict[str, float]:

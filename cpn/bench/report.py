@@ -196,11 +196,14 @@ def write_run_report(
     title: str = "",
     transfer_s_total: float = 0.0,
 ) -> dict[str, float | int | None]:
-    """Write `summary.json` and `gantt.png` to `out_dir`; return the summary."""
+    """Write `summary.json` (`summarize`'s figures and `copies_per_job`'s) and `gantt.png` to `out_dir`;
+    return the summary."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     total_gpus = sum(n.gpu_count for n in nodes)
-    summary = summarize(timelines(store), busy_of(executions), total_gpus, transfer_s_total)
+    lines = timelines(store)
+    summary = summarize(lines, busy_of(executions), total_gpus, transfer_s_total)
+    summary.update(copies_per_job(lines))
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     gantt(executions, nodes, out / "gantt.png", title=title)
     return summary

@@ -34,22 +34,24 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from config.settings import DEFAULT_CPU_THRESHOLD
 from cpn.adapters.gateway import OOM_REASON, ClusterGateway, JobEvent, SubmitRejected
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
 from cpn.decisions import Decision, Estimate, Placement, RunningJob, Snapshot, SolverRound, Waiting
+from cpn.engine.forecast import Forecaster
 from cpn.engine.lease import SchedulerLease
 from cpn.engine.queue_view import QueueView
 from cpn.inventory import Node, NodeState
 from cpn.jobs import Cause, IllegalTransition, JobSpec, JobState
 from cpn.policies.base import Policy
-from cpn.rules import EXCLUSIVE_REASON, is_sharing
+from cpn.rules import EXCLUSIVE_REASON, gang_cpu, is_sharing
 from cpn.store import JobStore, UnknownJob
 from cpn.transfer import TransferTimes
 
@@ -67,6 +69,8 @@ MAX_MIGRATION_FAILURES = 3
 
 NodeLoad = Callable[[tuple[NodeState, ...]], tuple[NodeState, ...]]
 """Adjusts node states by measured load (live GPU memory and CPU in use); see cpn.adapters.metrics."""
+
+_T = TypeVar("_T")
 
 _EVENT_STATE = {"running": JobState.RUNNING, "succeeded": JobState.SUCCEEDED, "failed": JobState.FAILED}
 
@@ -136,6 +140,8 @@ class RoundResult:
     """Whether the round only decided (nothing collected, recorded, copied or submitted)."""
     cancelled: int = 0
     """Jobs on a cluster whose cancel the round carried out (deleted there, recorded cancelled)."""
+    stage_s: tuple[tuple[str, float], ...] = field(default=(), compare=False)
+    """(stage, wall seconds) of each stage the round ran, in order (cpn.telemetry publishes them)."""
 
 
 class RoundStages(Protocol):
@@ -178,17 +184,25 @@ class RoundStages(Protocol):
 def run_stages(stages: RoundStages, dry_run: bool = False) -> RoundResult:
     """One round: every stage once, in order, each result handed to the next. A dry run takes the
     snapshot and decides, and stops there: it collects no event and records nothing."""
-    events = [] if dry_run else stages.collect()
-    cancelled = 0 if dry_run else stages.cancel()
-    snapshot = stages.snapshot()
-    decision = stages.decide(snapshot)
+    timings: list[tuple[str, float]] = []
+
+    def timed(name: str, stage: Callable[..., _T], *args: object) -> _T:
+        start = time.perf_counter()
+        out = stage(*args)
+        timings.append((name, time.perf_counter() - start))
+        return out
+
+    events = [] if dry_run else timed("collect", stages.collect)
+    cancelled = 0 if dry_run else timed("cancel", stages.cancel)
+    snapshot = timed("snapshot", stages.snapshot)
+    decision = timed("decide", stages.decide, snapshot)
     placed = migrating = refused = 0
     if not dry_run:
-        to_migrate, to_submit = stages.assign(decision)
-        migrating = stages.migrate(to_migrate)
-        placed, refused = stages.submit(to_submit)
+        to_migrate, to_submit = timed("assign", stages.assign, decision)
+        migrating = timed("migrate", stages.migrate, to_migrate)
+        placed, refused = timed("submit", stages.submit, to_submit)
         if snapshot.explain:
-            stages.record_waiting(decision)
+            timed("record_waiting", stages.record_waiting, decision)
     rejected = len(decision.rejections)
     return RoundResult(
         time=snapshot.now,
@@ -203,6 +217,7 @@ def run_stages(stages: RoundStages, dry_run: bool = False) -> RoundResult:
         decided=len(decision.placements),
         dry_run=dry_run,
         cancelled=cancelled,
+        stage_s=tuple(timings),
     )
 
 
@@ -228,6 +243,7 @@ class Scheduler:
         oom_retries: int = 1,
         explain_every_s: float = 0.0,
         lease: SchedulerLease | None = None,
+        forecast: bool = True,
     ) -> None:
         if (transfers is None) != (migrator is None):
             raise ValueError("give both transfers and migrator, or neither")
@@ -248,6 +264,11 @@ class Scheduler:
         Explaining costs time in proportion to the queue; a replay throttles it, the live service does not."""
         self.lease = lease
         """The store's scheduler lease it acts under; None where no other process schedules the store."""
+        self.forecaster: Forecaster | None = Forecaster(policy) if forecast else None
+        """Looks forward each round to predict when every waiting job starts (cpn.engine.forecast); None:
+        only the policy's own plan predicts starts."""
+        self.on_decision: Callable[[Snapshot, Decision], None] | None = None
+        """Called with each round's snapshot and final decision (a benchmark records the predictions)."""
         self._explained_at = -math.inf
         self._running: dict[str, RunningJob] = {}
         """job_id -> predicted end and cards of each running job (bounded by the jobs running)."""
@@ -259,7 +280,11 @@ class Scheduler:
         """job_id -> the whole-card spec of a sharing job the estimates say to explore."""
         self._estimated_types: tuple[str, ...] = ()
         self._transfer_rows: dict[str, Mapping[str, float]] = {}
-        self._transfer_from: dict[str, str] = {}
+        self._transfer_from: dict[str, frozenset[str]] = {}
+        """job_id -> the clusters holding its payload that its cached transfer row was worked out from."""
+        self._copying: dict[str, tuple[JobSpec, Placement]] = {}
+        """job_id -> the spec and placement of each job whose copy is under way (bounded by the copies):
+        the cards it is to run on, held in the snapshot until the copy ends and the job is submitted."""
         self._waiting_written: dict[str, Waiting] = {}
         """job_id -> the waiting reason last written to the store, so unchanged ones are not rewritten;
         forgotten when the job leaves the queue (which clears the stored reason), so it gets one again
@@ -333,11 +358,20 @@ class Scheduler:
         return True
 
     def apply_migrations(self, done: list[MigrationDone]) -> None:
-        """Finished copies queue their job again where its payload now is; failed copies queue it again
-        where it was, with the reason (the policy may pick another cluster or retry), until the
-        `MAX_MIGRATION_FAILURES`th failure fails the job."""
+        """A finished copy submits its job where the copy went, on the cards its assignment held meanwhile
+        (see `_hold_copying`), running the copied image, so a job goes where its image went; a refusal
+        queues it again there (`submit`), its payload now held there as well as where it was. A failed
+        copy queues the job again where it was, with the reason (the policy may pick another cluster or
+        retry), until the `MAX_MIGRATION_FAILURES`th failure fails the job."""
         for m in done:
-            if m.ok:
+            copying = self._copying.pop(m.job_id, None)
+            self._running.pop(m.job_id, None)  # its held cards' predicted end: worked out again once it runs
+            if m.ok and copying is not None:
+                spec, placement = copying
+                if self._state(m.job_id) == JobState.MIGRATING and placement.cluster == m.cluster:
+                    spec = replace(spec, image=m.image) if m.image else spec
+                    self._submit_one(spec, placement, copied=m)
+            elif m.ok:  # a copy this scheduler did not start (it restarted): the job chooses again
                 self._move(
                     m.job_id,
                     JobState.QUEUED,
@@ -351,6 +385,13 @@ class Scheduler:
                 failures = self._retries(m.job_id, Cause.MIGRATION_FAILED)
                 state = JobState.FAILED if failures + 1 >= MAX_MIGRATION_FAILURES else JobState.QUEUED
                 self._move(m.job_id, state, reason=reason, at=m.time, cause=Cause.MIGRATION_FAILED)
+
+    def _state(self, job_id: str) -> JobState | None:
+        """The job's state in the store; None for a job it does not know."""
+        try:
+            return self.store.get(job_id).state
+        except UnknownJob:
+            return None
 
     def collect(self) -> list[JobEvent]:
         """Stage 1: apply the clusters' events and finished migrations; returns the events."""
@@ -387,20 +428,30 @@ class Scheduler:
             )
         return cancelled
 
+    def follow_copies(self) -> None:
+        """Hold the cards of the jobs the store has migrating, as the scheduler that started their copies
+        holds them (`_hold_copying`): a read-only service beside it (a dry run) then decides as it does."""
+        for record in self.store.jobs(JobState.MIGRATING):
+            if record.placement and record.cluster:
+                (node, cards), *extra = record.placement
+                gang = Placement(record.job_id, record.cluster, node, cards, tuple(extra))
+                self._copying.setdefault(record.job_id, (record.spec, gang))
+
     def reconcile(self, held: frozenset[str], migrating: frozenset[str] = frozenset()) -> Reconciled:
         """Settle, at start-up, jobs a stop left between two transitions.
 
         `held`: the ids of jobs the clusters hold for cpn (submitted, running or finished but not yet
         reported); `migrating`: copies the migrator is still making. An assigned job the clusters hold
         was submitted before the stop: it is recorded as such; one they do not hold was never submitted
-        and is queued again. A migrating job whose copy is not going on is queued again (the copy
-        starts over if the policy still picks that cluster). Events the clusters report afterwards
+        and is queued again. A migrating job the clusters hold was submitted as its copy ended; one whose
+        copy is not going on is queued again (the copy starts over if the policy still picks that
+        cluster). Events the clusters report afterwards
         move the rest along as usual.
         """
         submitted, requeued = [], []
         for record in self.store.jobs([JobState.ASSIGNED, JobState.MIGRATING]):
             job_id = record.job_id
-            if record.state == JobState.ASSIGNED and job_id in held:
+            if job_id in held:  # assigned, or copied, and submitted just before the stop
                 self.store.transition(job_id, JobState.SUBMITTED, reason="restart: found on the cluster")
                 submitted.append(job_id)
             elif record.state == JobState.ASSIGNED:
@@ -436,16 +487,26 @@ class Scheduler:
         """The spec to place and submit: whole cards for a job to explore, else as submitted."""
         return self._exclusive.get(job_id) or self.queue.spec(job_id)
 
+    def _holders(self, job_id: str) -> frozenset[str]:
+        """Clusters holding a queued job's image and data: where they are now (its `location`) and its
+        source cluster (a copy leaves them there too); none for a job with no location. Copies before
+        the latest are not counted: a copy is followed by the job's submission where it went, so a job
+        is copied again only after a refusal or a failed run there."""
+        location = self.queue.location(job_id)
+        if location is None:
+            return frozenset()
+        return frozenset(c for c in (location, self.queue.spec(job_id).source_cluster) if c)
+
     def _update_transfers(self, entering: tuple[JobSpec, ...]) -> None:
         if self.transfers is None:
             return
         for job in entering:
-            location = self.queue.location(job.job_id)
-            if location is None:
+            holders = self._holders(job.job_id)
+            if not holders:
                 self._transfer_rows.pop(job.job_id, None)
-            elif self._transfer_from.get(job.job_id) != location:
-                self._transfer_from[job.job_id] = location
-                self._transfer_rows[job.job_id] = self.transfers.row(job, location)
+            elif self._transfer_from.get(job.job_id) != holders:
+                self._transfer_from[job.job_id] = holders
+                self._transfer_rows[job.job_id] = self.transfers.row(job, *holders)
 
     def snapshot(self) -> Snapshot:
         """The frozen view the policy decides on.
@@ -466,6 +527,7 @@ class Scheduler:
             self._card_gb[(state.node.cluster, state.node.name)] = state.node.gpu_memory_gb
         if self.node_load is not None:
             nodes = self.node_load(nodes)
+        nodes = self._hold_copying(nodes)
         self._update_estimates(entering, nodes)
         self._update_transfers(entering)
         pending = self.queue.pending()
@@ -485,6 +547,30 @@ class Scheduler:
             if self._unvetted is None
             else tuple(self._spec(j) for j in self._unvetted if self.queue.holds(j)),
         )
+
+    def _hold_copying(self, nodes: tuple[NodeState, ...]) -> tuple[NodeState, ...]:
+        """`nodes` with the cards and CPU of the jobs being copied to them taken, as if those jobs ran
+        there: no other job takes them meanwhile, and the job is submitted to them when its copy ends.
+        A sharing job's card is not held (the cluster picks which card it shares when it is submitted)."""
+        held: dict[tuple[str, str], list[tuple[JobSpec, int]]] = {}
+        for spec, placement in self._copying.values():
+            if not is_sharing(spec):
+                for node, cards in placement.nodes:
+                    held.setdefault((placement.cluster, node), []).append((spec, cards))
+        if not held:
+            return nodes
+        out = []
+        for state in nodes:
+            jobs = held.get((state.node.cluster, state.node.name), ())
+            if jobs:
+                state = replace(
+                    state,
+                    free_gpus=max(0, state.free_gpus - sum(cards for _, cards in jobs)),
+                    cpu_used=state.cpu_used + sum(gang_cpu(spec, cards) for spec, cards in jobs),
+                    running=(*state.running, *(spec.job_id for spec, _ in jobs)),
+                )
+            out.append(state)
+        return tuple(out)
 
     def _running_jobs(self, nodes: tuple[NodeState, ...]) -> Mapping[str, RunningJob]:
         """Predicted end and whole cards of each job running on `nodes`, worked out once per job from
@@ -540,20 +626,26 @@ class Scheduler:
                     del cache[job_id]
 
     def decide(self, snapshot: Snapshot) -> Decision:
-        """Stage 3: the policy's decision, with a waiting reason for every queued job it does not start."""
+        """Stage 3: the policy's decision, with a waiting reason for every queued job it does not start (in
+        rounds that explain) and, with a `forecaster`, a predicted start for each (cpn.engine.forecast)."""
         if not snapshot.pending:
             return Decision()
         decision = self.policy.decide(snapshot)
-        if not snapshot.explain:
-            return decision
-        moving = {p.job_id for p in decision.placements} | {r.job_id for r in decision.rejections}
-        explained = {w.job_id for w in decision.waiting}
-        missing = tuple(
-            Waiting(job.job_id, "queue-order", UNEXPLAINED)
-            for job in snapshot.pending
-            if job.job_id not in moving and job.job_id not in explained
-        )
-        return replace(decision, waiting=decision.waiting + missing) if missing else decision
+        if snapshot.explain:
+            moving = {p.job_id for p in decision.placements} | {r.job_id for r in decision.rejections}
+            explained = {w.job_id for w in decision.waiting}
+            missing = tuple(
+                Waiting(job.job_id, "queue-order", UNEXPLAINED)
+                for job in snapshot.pending
+                if job.job_id not in moving and job.job_id not in explained
+            )
+            if missing:
+                decision = replace(decision, waiting=decision.waiting + missing)
+        if self.forecaster is not None:
+            decision = self.forecaster.apply(snapshot, decision)
+        if self.on_decision is not None:
+            self.on_decision(snapshot, decision)
+        return decision
 
     def assign(self, decision: Decision) -> tuple[list[Placement], list[Placement]]:
         """Stage 4: record rejections and assignments; returns (placements that must first migrate their
@@ -577,23 +669,37 @@ class Scheduler:
                 placement=placement.nodes,
             ):
                 continue
-            location = self.queue.location(placement.job_id)
-            if self.migrator is not None and location is not None and location != placement.cluster:
+            holders = self._holders(placement.job_id)
+            if self.migrator is not None and holders and placement.cluster not in holders:
                 to_migrate.append(placement)
             else:
                 to_submit.append(placement)
         return to_migrate, to_submit
 
     def migrate(self, placements: list[Placement]) -> int:
-        """Stage 5a: start copying each job's image and data to its chosen cluster; returns how many."""
+        """Stage 5a: start copying each job's image and data to its chosen cluster, from the cluster
+        holding them that copies soonest; returns how many. The job's cards are held until the copy ends
+        (`_hold_copying`), and then it is submitted to them (`apply_migrations`)."""
         for placement in placements:
-            location = self.queue.location(placement.job_id)
+            holders = self._holders(placement.job_id)
+            spec = self._spec(placement.job_id)
+            src = self._copy_source(spec, holders, placement.cluster)
             self.store.transition(
-                placement.job_id, JobState.MIGRATING, reason=f"{location} -> {placement.cluster}"
+                placement.job_id, JobState.MIGRATING, reason=f"{src} -> {placement.cluster}"
             )
             assert self.migrator is not None, "placements to migrate come only with a migrator"
-            self.migrator.start(self._spec(placement.job_id), location or "", placement.cluster)
+            self._copying[placement.job_id] = (spec, placement)
+            self.migrator.start(spec, src, placement.cluster)
         return len(placements)
+
+    def _copy_source(self, spec: JobSpec, holders: frozenset[str], dst: str) -> str:
+        """The cluster among `holders` to copy `spec`'s payload from to `dst`: the soonest by the transfer
+        estimate, else where it is now."""
+        if self.transfers is not None:
+            src, _ = self.transfers.nearest(spec, holders, dst)
+            if src is not None:
+                return src
+        return self.queue.location(spec.job_id) or ""
 
     def submit(self, placements: list[Placement]) -> tuple[int, int]:
         """Stage 5b: submit each placed job through the gateway; returns (submitted, refused).
@@ -605,18 +711,33 @@ class Scheduler:
         """
         placed = refused = 0
         for placement in placements:
-            try:
-                self.gateway.submit(self._spec(placement.job_id), placement)
-            except SubmitRejected as exc:
-                state = JobState.QUEUED if exc.transient else JobState.FAILED
-                self.store.transition(placement.job_id, state, reason=f"submit refused: {exc}")
-                if exc.transient:
-                    self._record([Waiting(placement.job_id, "refused", f"the cluster refused it: {exc}")])
+            if self._submit_one(self._spec(placement.job_id), placement):
+                placed += 1
+            else:
                 refused += 1
-                continue
-            self.store.transition(placement.job_id, JobState.SUBMITTED)
-            placed += 1
         return placed, refused
+
+    def _submit_one(self, spec: JobSpec, placement: Placement, copied: MigrationDone | None = None) -> bool:
+        """Submit one job as placed and record it submitted; a transient refusal queues it again with the
+        cluster's reason, a final one fails it. `copied`: the copy that just brought its payload to the
+        placement's cluster, recorded with the outcome (where the payload is, the image pinned there).
+        Returns whether the cluster took it."""
+        learned: dict = {}
+        head = ""
+        if copied is not None:
+            learned = {"location": copied.cluster, "image": copied.image or None}
+            head = _migrated(copied)
+        try:
+            self.gateway.submit(spec, placement)
+        except SubmitRejected as exc:
+            state = JobState.QUEUED if exc.transient else JobState.FAILED
+            reason = f"{head}; submit refused: {exc}" if head else f"submit refused: {exc}"
+            self.store.transition(placement.job_id, state, reason=reason, **learned)
+            if exc.transient:
+                self._record([Waiting(placement.job_id, "refused", f"the cluster refused it: {exc}")])
+            return False
+        self.store.transition(placement.job_id, JobState.SUBMITTED, reason=head, **learned)
+        return True
 
     def record_waiting(self, decision: Decision) -> int:
         """Stage 6: store the waiting reasons that changed since last written; returns how many."""

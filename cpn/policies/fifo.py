@@ -3,9 +3,9 @@
 Jobs start strictly in queue order: higher `priority` first, then arrival. The head job takes the first
 option `cpn.policies.placement` offers (own pool before hybrid, then inventory order; pools, taints, CPU
 threshold, gangs and shared cards as that module says); if it cannot start now it blocks everything
-behind it (head-of-line blocking). A head job that no node could ever take, even empty, is rejected
-instead (always asked, as only the head is), so the queue never blocks on it. Every job left queued
-gets its reason (cpn.policies.waiting).
+behind it (head-of-line blocking). A job that no node could ever take, even empty, is rejected in the
+round it is new, wherever it queues (`Capacity.vet`), so the queue never blocks on it. Every job left
+queued gets its reason (cpn.policies.waiting).
 
 Two flavours: `fifo` also requires the job's GPU memory to fit the cards; `fifo-naive` ignores
 memory, as the seed's baseline did, and so runs into OOM kills.

@@ -10,9 +10,9 @@ it. With `pessimism` (GreedySettings, default 1) > 0, runtimes are each estimate
 (`placement.pessimistic_runtime`): a job is not sent to a type whose estimate is a guess when one it is
 surer of finishes first on that reckoning. Memory-aware, as `fifo` is. A service (`JobSpec.is_service`)
 needs no estimate: it runs on any GPU type until deleted, so it goes where it starts first
-(`service_option`). A training job with no estimate for any GPU type (asked while anything is free), or a
-job no node could ever take, is rejected with the reason; every job left queued gets its reason
-(cpn.policies.waiting).
+(`service_option`). A training job with no estimate for any GPU type (asked while anything is free) is
+rejected with the reason, and so is a job no node could ever take, in the round it is new
+(`Capacity.vet`); every job left queued gets its reason (cpn.policies.waiting).
 """
 
 from __future__ import annotations

@@ -158,8 +158,8 @@ class MilpPolicy:
         warm = self._warm_start(snapshot, capacity, model, window, released.groups)
         status, objective, gap = self._solve(model, warm is not None)
         solve_s = time.perf_counter() - building
-        assignment, fallback = self._choose(model, window, status, objective, warm)
-        if assignment is None:  # no plan at all: greedy decides this round
+        plan, fallback = self._choose(model, window, status, objective, warm)
+        if plan is None:  # no plan at all: greedy decides this round
             decision = self._greedy.decide(snapshot)
             stats = SolverRound(
                 self.settings.solver,
@@ -173,18 +173,7 @@ class MilpPolicy:
             )
             return Decision(decision.placements, decision.rejections, decision.waiting, stats)
         placements, waiting = self._realise(
-            snapshot,
-            capacity,
-            released.groups,
-            jobs,
-            services,
-            window,
-            assignment,
-            model,
-            reserved,
-            hold,
-            first,
-            ends,
+            snapshot, capacity, released, jobs, services, window, plan, model, reserved, hold, first, ends
         )
         stats = SolverRound(
             self.settings.solver,
@@ -505,26 +494,15 @@ class MilpPolicy:
         return placement
 
     def _realise(
-        self,
-        snapshot,
-        capacity,
-        releases,
-        jobs,
-        services,
-        window,
-        assignment,
-        model,
-        reserved,
-        hold,
-        first,
-        ends,
+        self, snapshot, capacity, freed, jobs, services, window, plan, model, reserved, hold, first, ends
     ):
         """Start what the plan starts now, backfill what delays nothing planned, explain the rest (the
-        `services` left waiting too, each predicted to start when enough of its cards are first free)."""
+        `services` left waiting too, each predicted to start when enough of its cards are first free).
+        `freed`: when running jobs free their cards, the services started this round never."""
         now, starts, room = snapshot.now, model.starts, model.room
         buckets = len(starts) - 1
         usage = {key: [0.0] * buckets for key in room}
-        for i, chosen in assignment.items():
+        for i, chosen in plan.items():
             if chosen is None:
                 continue
             o, k = chosen
@@ -532,7 +510,7 @@ class MilpPolicy:
             for kk in range(k, buckets):
                 usage[group.key][kk] += window[i].size * min(duration, starts[kk + 1] - starts[k])
         placements: list[Placement] = list(first)
-        planned = {id(window[i]): chosen for i, chosen in assignment.items()}
+        planned = {id(window[i]): chosen for i, chosen in plan.items()}
         index = {id(j): i for i, j in enumerate(window)}
         blocked_by_plan: set[str] = set()
 
@@ -548,11 +526,11 @@ class MilpPolicy:
             placements.append(self._start(now, capacity, job, option, {option.group.key: duration}, ends))
 
         for i in sorted(
-            (i for i, c in assignment.items() if c is not None and c[1] == 0),
+            (i for i, c in plan.items() if c is not None and c[1] == 0),
             key=lambda i: (-window[i].spec.priority, window[i].shortest),
         ):
             job = window[i]
-            group, duration = job.options[assignment[i][0]]
+            group, duration = job.options[plan[i][0]]
             option = next(
                 (o for o in capacity.fit(job.spec, {group.gpu_type}).options if o.group is group), None
             )
@@ -565,7 +543,7 @@ class MilpPolicy:
         started_ids = {p.job_id for p in placements}
         # The projection: what runs now, then the plan's waiting jobs on their groups in bucket order.
         free = {g.key: g.free for g in capacity.groups()}
-        merged = {k: list(v) for k, v in releases.items()}
+        merged = {k: list(v) for k, v in freed.groups.items()}
         for key, cards, end in ends:
             merged.setdefault(key, []).append((end, cards))
         projection = Projection(now, free, merged)

@@ -1,15 +1,15 @@
 """Where a job can start now, for every policy: pools, taints, memory, CPU, free cards, gangs, sharing.
 
 Every policy asks a `Capacity` what is feasible and differs only in the order it considers jobs and
-which feasible option it takes. Beyond the cluster rules (cpn.rules: pools and taints, gangs,
-shared cards), a placement keeps to:
+which feasible option it takes. Whether a job may go on a node now is the admission rule the clusters
+apply (cpn.admission: pools, taints and the job's pins, free and shared cards, CPU; each node a
+`Room` whose `refusal` the capacity asks), under `snapshot.cpu_threshold` of each node's cores;
+beyond it, a placement keeps to:
 
 - the seed's soft affinity (weight 100 on the job's own pool): options in the job's own pool come
   before hybrid ones, then inventory order;
 - memory (memory-aware policies only): the job's GB per card, the larger of declared and estimated,
   fits the card, or what is left of a shared card;
-- the CPU threshold: after placement the node's CPU in use stays within `snapshot.cpu_threshold` of
-  its cores;
 - one node when it can: a gang runs on one node when some node it may use in the group (one cluster,
   GPU type and pool) has that many cards, taking the node with the fewest free cards that suffice
   (best fit, which keeps whole nodes free for wide jobs); a job wider than every such node spans
@@ -35,6 +35,7 @@ from cpn.rules import (
     constraint_problem,
     gang_cpu,
     is_sharing,
+    kind_admits,
     untolerated_taint,
 )
 
@@ -185,6 +186,8 @@ class Capacity:
     - `take(option, job)`: book an option in this working copy;
     - `groups(kind)`: capacity grouped by cluster, GPU type and pool (`Group`), the unit a plan over time
       counts cards in; `Group.admits_ever` says which groups could ever take a job, with `memory(job, gpu)`;
+    - `vet(estimated)`: the round's rejections of jobs no placement could ever satisfy, asked once per
+      job (`Snapshot.fresh`), so that every policy rejects them in the first round;
     - `why_never(job)`, `worth_trying(job)`, `hopeless(shapes)`: cheap tests to skip or reject jobs.
 
     `memory_aware=False` ignores GPU memory altogether (the seed's naive baseline).
@@ -205,11 +208,7 @@ class Capacity:
         for group in self._groups:
             group.recount()
             for kind in POOLS_FOR_KIND:
-                admitted = tuple(
-                    s
-                    for s in group.slots
-                    if s.node.usage in POOLS_FOR_KIND[kind] and untolerated_taint(s.node, kind) is None
-                )
+                admitted = tuple(s for s in group.slots if kind_admits(s.node, kind))
                 group.admits[kind] = admitted
                 group.sizes[kind] = (
                     max((s.node.gpu_count for s in admitted), default=0),

@@ -6,8 +6,9 @@ offers among the GPU types it has an estimate for (own pool before hybrid, then 
 that cannot start now is skipped, not waited for, so short jobs behind it still start. Memory-aware, as
 `fifo` is. A service (`JobSpec.is_service`) needs no estimate: it has no length to rank by and no end the
 queue could wait for, so it goes first within its priority, on any GPU type. A training job with no
-estimate for any GPU type (asked while anything is free), or a job no node could ever take, is rejected
-with the reason; every job left queued gets its reason (cpn.policies.waiting).
+estimate for any GPU type (asked while anything is free) is rejected with the reason, and so is a job no
+node could ever take, in the round it is new (`Capacity.vet`); every job left queued gets its reason
+(cpn.policies.waiting).
 """
 
 from __future__ import annotations

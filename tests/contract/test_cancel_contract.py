@@ -127,7 +127,7 @@ def test_a_running_job_is_deleted_by_the_next_round_and_never_counts_as_complete
     sched.round()  # the cluster reports the deleted job's end: it is no transition of the job's
     assert [s for s, _ in history(store, spec.job_id)][-2:] == ["running", "cancelled"]
     assert history(store, spec.job_id)[-1][1].startswith("cancelled by alice (asked at ")
-    assert completed_runs(store, NODES) == []
+    assert completed_runs(store, NODES) == []  # the predictor's training data
     assert store.cancel_requests() == []
 
 
@@ -161,7 +161,6 @@ def test_cancelling_a_finished_job_says_so_and_changes_nothing(harness, store):
     assert (outcome.status, outcome.state) == ("finished", JobState.SUCCEEDED)
     assert sched.round().cancelled == 0
     assert history(store, TRAIN.job_id) == before and store.cancel_requests() == []
-    assert len(completed_runs(store, NODES)) == 1
 
 
 def test_a_job_cancelled_after_the_snapshot_is_not_placed(harness, store):

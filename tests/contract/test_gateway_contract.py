@@ -2,7 +2,7 @@
 
 To add one, write a factory that builds it over NODES and returns a Harness whose `settle` lets every
 submitted job run to its end, and append it to IMPLEMENTATIONS. The Kubernetes gateway runs here with the
-real `kubernetes` client against one fake API server per cluster (tests/kubernetes/fake_apiserver.py).
+real `kubernetes` client against one fake API server per cluster (cpn/adapters/kubernetes/fake_apiserver.py).
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ def fake_clusters(request, **gateway_kw) -> tuple[dict, dict]:
     """(servers, gateways) by cluster: a fake API server with NODES per cluster and a Kubernetes gateway
     on it (`gateway_kw` go to the gateway), all stopped when the test ends."""
     # Imported here: the kubernetes client takes seconds to import, and the unit run never needs it.
+    from cpn.adapters.kubernetes.fake_apiserver import FakeApiServer
     from tests.kubernetes.conftest import gpu_labels, make_gateway
-    from tests.kubernetes.fake_apiserver import FakeApiServer
 
     servers, gateways = {}, {}
     for cluster in dict.fromkeys(n.cluster for n in NODES):
@@ -111,6 +111,8 @@ def kubernetes(request) -> Harness:
     def settle() -> None:
         for server in servers.values():
             server.finish_all()
+        for gw in gateways.values():  # the gateways see the ends now, not when their watches get to them
+            gw.sync()
 
     return Harness(_SyncedClusters(gateways), settle)
 

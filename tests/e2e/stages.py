@@ -1,4 +1,7 @@
-"""The task runs one scheduling round shows in Prefect, as a person reads them in the flow's graph."""
+"""The task runs one scheduling round shows in Prefect, as a person reads them in the flow's graph: the
+stages of `cpn.engine.scheduler.run_stages`, each a task of `flows/schedule.py` `TaskStages`
+(`record-waiting` in a round that explains; a dry run runs only snapshot-and-estimates, optimise and
+publish-decisions)."""
 
 ROUND_STAGES = frozenset(
     {

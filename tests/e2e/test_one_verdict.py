@@ -17,10 +17,11 @@ from cpn.jobs import JobState
 from cpn.sim.estimates import OracleEstimates
 from cpn.store import JobStore
 from flows.schedule import schedule_round
+from tests.kubernetes.test_plan import H20_JOB
 
 pytestmark = pytest.mark.e2e
 
-IMPOSSIBLE = """
+IMPOSSIBLE = H20_JOB + """---
 apiVersion: batch/v1
 kind: Job
 metadata:
@@ -37,18 +38,6 @@ spec:
 apiVersion: batch/v1
 kind: Job
 metadata:
-  name: wants-h20
-  annotations: {model_name: ResNet-50, data_size: "1", epoch: "1", batch_size: "64"}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      tolerations: [{key: nvidia.com/gpu.product, operator: Equal, value: NVIDIA-H20, effect: NoSchedule}]
-      containers: [{name: m, image: x:1, resources: {limits: {nvidia.com/gpu: 1}}}]
----
-apiVersion: batch/v1
-kind: Job
-metadata:
   name: wants-a-lab-pool
   annotations: {model_name: ResNet-50, data_size: "1", epoch: "1", batch_size: "64"}
 spec:
@@ -58,7 +47,7 @@ spec:
       nodeSelector: {maip.mxsf.io/node.usage: gpu-lab}
       containers: [{name: m, image: x:1, resources: {limits: {nvidia.com/gpu: 1}}}]
 """
-"""32 GPUs (the demo's widest cluster has 28 K80), a product no cluster has, a pool no node is in."""
+"""A product no cluster has, 32 GPUs (the demo's widest cluster has 28 K80), a pool no node is in."""
 
 
 def rejected(store: JobStore) -> dict[str, str]:

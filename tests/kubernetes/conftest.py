@@ -12,7 +12,7 @@ from kubernetes import client
 
 from config.settings import ClustersConfig
 from cpn.adapters.kubernetes import KubernetesGateway, RetryPolicy
-from tests.kubernetes.fake_apiserver import FakeApiServer
+from cpn.adapters.kubernetes.fake_apiserver import FakeApiServer
 
 DOMAIN = "maip.mxsf.io"
 USAGE = f"{DOMAIN}/node.usage"
@@ -44,9 +44,15 @@ def api_client(server: FakeApiServer) -> client.ApiClient:
 FAST = RetryPolicy(attempts=4, base_s=0.01, max_s=0.05, timeout_s=5)
 
 
+_MADE: list[KubernetesGateway] = []
+"""Gateways made by `make_gateway` and not closed yet: the `server` fixture closes them."""
+
+
 def make_gateway(server: FakeApiServer, cluster: str = "east", **kw) -> KubernetesGateway:
     kw.setdefault("retry", FAST)
-    return KubernetesGateway(cluster, api_client(server), label_domain=DOMAIN, watch_timeout_s=2, **kw)
+    gateway = KubernetesGateway(cluster, api_client(server), label_domain=DOMAIN, watch_timeout_s=2, **kw)
+    _MADE.append(gateway)
+    return gateway
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> object:
@@ -63,6 +69,8 @@ def wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> object:
 def server() -> Iterator[FakeApiServer]:
     srv = FakeApiServer().start()
     yield srv
+    while _MADE:  # a submission starts the gateway's watches
+        _MADE.pop().close()
     srv.stop()
 
 

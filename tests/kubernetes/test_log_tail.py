@@ -1,6 +1,6 @@
 """A failed job's pod log tail travels with its end: gateway event -> scheduler -> job store -> API and CLI.
 
-The real `kubernetes` client against the fake API server (tests/kubernetes/fake_apiserver.py), the live
+The real `kubernetes` client against the fake API server (cpn.adapters.kubernetes.fake_apiserver), the live
 service built by the composition root as `cpn run` builds it.
 """
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlparse
-
 import kubernetes_validate
 import pytest
 import yaml
 
 from config.settings import REPO_ROOT
 from cpn.adapters.gateway import SubmitRejected
+from cpn.adapters.kubernetes.fake_apiserver import call_of
 from cpn.decisions import Placement
 from cpn.jobs import JobSpec
 from tests.kubernetes.conftest import gpu_labels, make_gateway, wait_for
@@ -26,22 +25,6 @@ def rules(name: str) -> list[dict]:
 
 def allowed(role: list[dict], group: str, resource: str, verb: str) -> bool:
     return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in role)
-
-
-def needed(method: str, path: str) -> tuple[str, str, str]:
-    """(apiGroup, resource, verb) of one request, as the API server's authorizer sees it."""
-    url = urlparse(path)
-    parts = [p for p in url.path.split("/") if p]
-    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
-    if rest[0] == "namespaces" and len(rest) > 2:
-        rest = rest[2:]
-    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
-    if method == "GET":
-        watch = parse_qs(url.query).get("watch") == ["true"]
-        verb = "get" if len(rest) > 1 else "watch" if watch else "list"
-    else:
-        verb = {"POST": "create", "DELETE": "delete"}[method]
-    return group, resource, verb
 
 
 def test_every_object_is_valid_for_kubernetes_1_30():
@@ -88,7 +71,7 @@ def test_the_cpn_role_grants_every_call_of_a_jobs_life(server):
         gw.delete("team/train")  # its objects and those that came with it, found by cpn's labels
     finally:
         gw.close()
-    calls = {needed(m, p) for m, p in server.requests}
+    calls = {call_of(m, p) for m, p in server.requests}
     assert ("", "pods/log", "get") in calls and ("batch.volcano.sh", "jobs", "watch") in calls
     assert ("apps", "deployments", "delete") in calls and ("batch.volcano.sh", "jobs", "get") in calls
     missing = sorted(c for c in calls if not allowed(rules("cpn"), *c))
@@ -98,4 +81,4 @@ def test_the_cpn_role_grants_every_call_of_a_jobs_life(server):
 def test_the_plan_role_reads_what_an_inventory_reads(server):
     gw = make_gateway(server)
     gw.inventory()
-    assert all(allowed(rules("cpn-plan"), *needed(m, p)) for m, p in server.requests)
+    assert all(allowed(rules("cpn-plan"), *call_of(m, p)) for m, p in server.requests)

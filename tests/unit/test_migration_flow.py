@@ -18,26 +18,24 @@ from cpn.store import JobStore
 from cpn.transfer import TransferTimes
 
 TABLE = ThroughputTable([ThroughputRow("ResNet-18", 32, "v100", 1, 1.0)])
-CLUSTERS = ClustersConfig.model_validate(
-    {
-        "clusters": [
-            {
-                "name": c,
-                "node_groups": [
-                    {
-                        "name": "g",
-                        "gpu_product": "v100",
-                        "gpus_per_node": 1,
-                        "gpu_memory_gb": 16,
-                        "cpu_cores": 4,
-                    }
-                ],
-            }
-            for c in ("a", "b")
-        ],
-        "wan_gbps": {"a": {"b": 10}},
+
+
+def one_card_sites(wan_gbps: dict[str, dict[str, float]], cpu_cores: int = 4) -> ClustersConfig:
+    """Sites of one one-card V100 node each, one per name in `wan_gbps`, with that WAN between them."""
+    names = sorted({*wan_gbps, *(dst for row in wan_gbps.values() for dst in row)})
+    group = {
+        "name": "g",
+        "gpu_product": "v100",
+        "gpus_per_node": 1,
+        "gpu_memory_gb": 16,
+        "cpu_cores": cpu_cores,
     }
-)
+    return ClustersConfig.model_validate(
+        {"clusters": [{"name": c, "node_groups": [group]} for c in names], "wan_gbps": wan_gbps}
+    )
+
+
+CLUSTERS = one_card_sites({"a": {"b": 10}})
 PINNED = "registry.b:5000/team/train@sha256:" + "ab" * 32
 
 

@@ -22,8 +22,7 @@ from cpn.sim.estimates import OracleEstimates
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.truth import GroundTruth
 from cpn.store import JobStore
-from cpn.transfer import TransferTimes
-from tests.unit.test_migration_flow import CLUSTERS, ScriptedMigrator
+from tests.unit.test_migration_flow import setup
 from tests.unit.test_submit_refusals import Refusing
 
 USAGE, PRODUCT = "maip.mxsf.io/node.usage", "nvidia.com/gpu.product"
@@ -119,20 +118,7 @@ def occupy(gateway: SimulatedGateway, job_id: str) -> None:
 
 
 def test_a_job_a_migration_returns_to_the_queue_has_its_reason_in_that_round():
-    clock = SimClock()
-    store = JobStore(":memory:", clock=clock)
-    gateway = SimulatedGateway([Node("b", "b-0", "v100", 1, 16, 4, "training")], GroundTruth(TABLE), clock)
-    migrator = ScriptedMigrator(lambda job_id, dst: MigrationDone(job_id, dst, clock.now()))
-    scheduler = Scheduler(
-        store,
-        gateway,
-        make_policy("greedy"),
-        clock,
-        estimator=OracleEstimates(TABLE),
-        transfers=TransferTimes(CLUSTERS),
-        migrator=migrator,
-    )
-    store.submit([job("ns/j", source_cluster="a", image="registry.a:5000/t:1")])
+    store, gateway, _, scheduler = setup(lambda job_id, dst: MigrationDone(job_id, dst, gateway.clock.now()))
     occupy(gateway, "x/first")
     scheduler.round()
     assert store.get("ns/j").waiting.code == "no-gpu-type"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from config.settings import ClustersConfig
 from cpn.bench.report import summarize, timelines
 from cpn.clock import SimClock
 from cpn.decisions import Decision, Estimate, Snapshot
@@ -20,6 +19,7 @@ from cpn.sim.replay import STUCK_REASON, arrivals_from_jobs, replay
 from cpn.sim.truth import GroundTruth
 from cpn.store import JobStore
 from cpn.transfer import TransferTimes
+from tests.unit.test_migration_flow import one_card_sites
 
 TABLE = ThroughputTable(
     [
@@ -42,27 +42,7 @@ def run(nodes, jobs, policy=None, with_migration=False, estimator=None):
     gateway = SimulatedGateway(nodes, GroundTruth(TABLE), clock)
     migrator = transfers = None
     if with_migration:
-        clusters = ClustersConfig.model_validate(
-            {
-                "clusters": [
-                    {
-                        "name": c,
-                        "node_groups": [
-                            {
-                                "name": "g",
-                                "gpu_product": "v100",
-                                "gpus_per_node": 1,
-                                "gpu_memory_gb": 16,
-                                "cpu_cores": 1,
-                            }
-                        ],
-                    }
-                    for c in ("a", "b")
-                ],
-                "wan_gbps": {"a": {"b": 10}},
-            }
-        )
-        transfers = TransferTimes(clusters)
+        transfers = TransferTimes(one_card_sites({"a": {"b": 10}}, cpu_cores=1))
         migrator = SimulatedMigrator(transfers, clock)
     scheduler = Scheduler(
         store,
@@ -105,9 +85,9 @@ def test_every_job_walks_the_state_machine_in_order():
     assert [t.time for t in store.history("a")] == [0.0, 0.0, 0.0, 0.0, 100.0]
 
 
-def test_job_placed_away_from_its_data_migrates_first_holding_no_gpu():
+def test_job_placed_away_from_its_data_migrates_first_then_runs_where_it_went():
     # Its data is in cluster a, whose only node serves inference; 12.5 GB over 10 Gbit/s = 10 s of copy,
-    # then it is queued again in b and runs there for 100 s.
+    # then it is submitted to the card in b it was assigned and runs there for 100 s.
     spec = job("m", source_cluster="a", data_size_gb=10, image_size_gb=2.5)
     store, gateway, _, migrator = run([INFER_A, NODE_B], [spec], with_migration=True)
     history = store.history("m")
@@ -115,8 +95,6 @@ def test_job_placed_away_from_its_data_migrates_first_holding_no_gpu():
         JobState.QUEUED,
         JobState.ASSIGNED,
         JobState.MIGRATING,
-        JobState.QUEUED,
-        JobState.ASSIGNED,
         JobState.SUBMITTED,
         JobState.RUNNING,
         JobState.SUCCEEDED,
@@ -173,7 +151,7 @@ def test_completed_runs_report_measured_runtime_on_the_node_gpu_type():
 
 def test_migrated_job_is_decided_from_where_its_data_now_is():
     # One card per site. The blocker holds a's card for 10 s, so x (data in a) copies to b (10 s). The copy
-    # lands as a frees up, in the same round; x's data is in b now, and going back would cost another copy.
+    # lands as a frees up, in the same round; x goes where its data went, to the card b held for it.
     from cpn.policies import make_policy
     from cpn.sim.estimates import OracleEstimates
 

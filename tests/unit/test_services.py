@@ -5,7 +5,6 @@ in the simulator for its trace lifetime or until deleted, and deleting it frees 
 from __future__ import annotations
 
 import math
-from types import MappingProxyType
 
 import pytest
 import yaml
@@ -14,7 +13,7 @@ from config.settings import ClustersConfig
 from cpn.adapters.gateway import DELETED_REASON
 from cpn.bootstrap import build_simulation
 from cpn.clock import SimClock
-from cpn.decisions import Estimate, Placement, RunningJob, Snapshot
+from cpn.decisions import Placement
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.formats.trace_csv import TraceFormatError, load_trace_csv
 from cpn.intake import parse_manifests
@@ -28,6 +27,7 @@ from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.journal import JournaledGateway, SubmissionJournal
 from cpn.sim.replay import arrivals_from_jobs, replay
 from cpn.sim.truth import GroundTruth
+from tests.unit.test_milp import snap
 from tests.unit.test_policies import assert_feasible
 
 H = 3600.0
@@ -48,19 +48,6 @@ def training(job_id: str, gpus: int = 1, **kw) -> JobSpec:
     return JobSpec(job_id, "ResNet-18", batch_size=32, num_gpus=gpus, total_steps=100, **kw)
 
 
-def snap(jobs, states, runtimes=None, running=None, now: float = 0.0) -> Snapshot:
-    """`runtimes`: job id -> seconds on v100 (services have none); `running`: job id -> (end, node, cards)."""
-    estimates = {j: {"v100": Estimate(t)} for j, t in (runtimes or {}).items()}
-    ends = {j: RunningJob(end, ((f"a/{n}", c),)) for j, (end, n, c) in (running or {}).items()}
-    return Snapshot(
-        now=now,
-        pending=tuple(jobs),
-        nodes=tuple(states),
-        estimates=MappingProxyType(estimates),
-        running=MappingProxyType(ends),
-    )
-
-
 # --- placed with no estimate, by pool -----------------------------------------------------------------
 
 
@@ -68,8 +55,10 @@ def snap(jobs, states, runtimes=None, running=None, now: float = 0.0) -> Snapsho
 def test_a_service_with_no_estimate_is_placed_in_its_own_pool_a_training_job_is_not(name):
     train, infer, hybrid = node("t0"), node("i0", usage="inference"), node("h0", usage="hybrid")
     s = snap(
+        0.0,
         [service("chat", 2), training("fit")],
         [NodeState(train, 2), NodeState(hybrid, 2), NodeState(infer, 2)],
+        {},
     )
     decision = make_policy(name).decide(s)
     placed = {p.job_id: p.nodes for p in decision.placements}
@@ -85,14 +74,14 @@ def test_a_service_with_no_estimate_is_placed_in_its_own_pool_a_training_job_is_
 def test_a_service_that_asks_for_spread_replicas_gets_one_node_each(name):
     i0, i1 = node("i0", 4, "inference"), node("i1", 4, "inference")
     packed, spread = service("packed", 2, pod_gpus=(1, 1)), service("apart", 2, pod_gpus=(1, 1), spread=True)
-    s = snap([packed, spread], [NodeState(i0, 4), NodeState(i1, 4)])
+    s = snap(0.0, [packed, spread], [NodeState(i0, 4), NodeState(i1, 4)], {})
     decision = make_policy(name).decide(s)
     nodes = {p.job_id: p.nodes for p in decision.placements}
     assert len(nodes["packed"]) == 1 and nodes["packed"][0][1] == 2  # both pods on one node
     assert sorted(n for n, _ in nodes["apart"]) == ["i0", "i1"] and {c for _, c in nodes["apart"]} == {1}
     assert_feasible(s, decision)
     # One node where it may run: spread can never be satisfied; packed still can.
-    lone = snap([spread, packed], [NodeState(i0, 4)])
+    lone = snap(0.0, [spread, packed], [NodeState(i0, 4)], {})
     decision = make_policy(name).decide(lone)
     (rejection,) = decision.rejections
     assert rejection.job_id == "apart" and "must run on distinct nodes" in rejection.reason
@@ -105,7 +94,7 @@ def test_a_service_that_asks_for_spread_replicas_gets_one_node_each(name):
 def test_the_cards_of_a_running_service_are_released_never():
     v = node("v", 4)
     busy = NodeState(v, 1, running=("chat", "fit"))
-    s = snap([], [busy], running={"chat": (math.inf, "v", 2), "fit": (H, "v", 1)})
+    s = snap(0.0, [], [busy], {}, {"chat": (math.inf, "a/v", 2), "fit": (H, "a/v", 1)})
     assert releases(s).groups == {("a", "v100", "training"): [(math.inf, 2), (H, 1)]}
     assert releases(s).nodes == {"a/v": [(math.inf, 2), (H, 1)]}
 
@@ -114,9 +103,9 @@ def test_the_optimiser_plans_no_start_on_a_services_cards():
     # Two cards: a service holds one for ever, a training job the other until 1 h.
     v = node("v", 2)
     state = NodeState(v, 0, running=("chat", "fit"))
-    running = {"chat": (math.inf, "v", 1), "fit": (H, "v", 1)}
+    running = {"chat": (math.inf, "a/v", 1), "fit": (H, "a/v", 1)}
     queue = [training("one", arrival_s=0.0), training("pair", 2, arrival_s=0.0)]
-    s = snap(queue, [state], {"one": 2 * H, "pair": H}, running, now=60.0)
+    s = snap(60.0, queue, [state], {"one": {"v100": 2 * H}, "pair": {"v100": H}}, running)
     decision = make_policy("milp").decide(s)
     starts = {w.job_id: w.predicted_start for w in decision.waiting}
     assert decision.placements == ()
@@ -126,7 +115,7 @@ def test_the_optimiser_plans_no_start_on_a_services_cards():
 
 def test_a_waiting_service_is_predicted_to_start_when_a_training_job_frees_its_card():
     v = node("v", 1, usage="hybrid")
-    s = snap([service("chat")], [NodeState(v, 0, running=("fit",))], running={"fit": (2 * H, "v", 1)})
+    s = snap(0.0, [service("chat")], [NodeState(v, 0, running=("fit",))], {}, {"fit": (2 * H, "a/v", 1)})
     (waiting,) = make_policy("milp").decide(s).waiting
     assert (waiting.job_id, waiting.code, waiting.predicted_start) == ("chat", "no-gpu-type", 2 * H)
 

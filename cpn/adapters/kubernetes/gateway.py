@@ -1,14 +1,18 @@
 """The cluster-gateway port for one real Kubernetes cluster.
 
-`KubernetesGateway` reads the live inventory (cpn.adapters.kubernetes.inventory), renders placed jobs with
-`KubernetesBinder`, validates every object before it is sent (cpn.adapters.kubernetes.validation) and
-creates them through the API (never `kubectl apply`). Names are deterministic, so a second submission of
-a job meets 409 AlreadyExists and is recognised by its job-id annotation as the same job. 429, 5xx and
-timeouts are retried with backoff; another 4xx refuses the job with the API server's message.
+`KubernetesGateway` keeps the live inventory (cpn.adapters.kubernetes.inventory) from its watches, renders
+placed jobs with `KubernetesBinder`, validates every object before it is sent
+(cpn.adapters.kubernetes.validation) and creates them through the API (never `kubectl apply`). Names are
+deterministic, so a second submission of a job meets 409 AlreadyExists and is recognised by its job-id
+annotation as the same job. 429, 5xx and timeouts are retried with backoff; another 4xx refuses the job
+with the API server's message.
 
-Completion comes by watch, not polling: one watch per collection (cpn's pods, batch Jobs, Volcano Jobs),
-resumed from its resourceVersion and relisted on 410 Gone (cpn.adapters.kubernetes.watch). Each change
-re-derives the job's status (cpn.adapters.kubernetes.status); `poll_events` hands out the transitions,
+Everything comes by watch, not polling: one watch per collection (nodes and every pod, for the
+inventory; cpn's batch Jobs and Volcano Jobs), resumed from its resourceVersion and relisted on 410 Gone
+(cpn.adapters.kubernetes.watch). A submission costs O(1) calls: it is admitted on the watched state of
+the placement's nodes (and the cards claimed by jobs whose pods have not shown yet), and creates the
+job's objects; the cluster is never listed per job. Each object is indexed by its job, so a change
+re-derives only that job's status (cpn.adapters.kubernetes.status); `poll_events` hands out the transitions,
 each once: `running`, then `succeeded` or `failed` with the reason (OOMKilled, Evicted, ...). At a job's
 end the tail of its pod's log is read (the failed pod's, else the first; `log_tail`), bounded by lines
 and bytes, and a failed end carries it on its event (`JobEvent.log_tail`, kept in the job store with
@@ -18,9 +22,11 @@ the transition); where a `gpu_memory` source is given, the measured peak GPU mem
 and ConfigMaps submitted with it) and reports its end at once, reason `deleted`: `succeeded` for a
 Deployment (a service runs until deleted), `failed` for a batch or Volcano Job.
 
-On start-up (`held_jobs`, or the first `poll_events`) the gateway lists what the cluster runs for cpn
-(by cpn's labels) and reports every job found afresh; the caller's store skips what it already has, and a
-job found on the cluster is never submitted twice.
+On start-up (`held_jobs`, the first `submit` or `poll_events`) the gateway lists what the cluster runs for
+cpn (by cpn's labels) and reports every job found afresh; the caller's store skips what it already has,
+and a job found on the cluster is never submitted twice. What it remembers of a job (the phase reported,
+whether its end was handed out) lives as long as the job's objects are on the cluster, so a long-running
+service holds records of what the cluster holds, not of every job it ever ran.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from cpn.rules import is_sharing
 
 from .api import KINDS, VOLCANO, Api, ApiError, RetryPolicy
 from .binding import BindError, KubernetesBinder
-from .inventory import Claim, node_states, read_node, schedulable
+from .inventory import Claim, LiveInventory
 from .labels import CpnLabels, job_key, object_name
 from .status import JobStatus, job_status
 from .validation import InvalidManifest, validate_object
@@ -110,59 +116,66 @@ class KubernetesGateway:
         self.clock = clock or WallClock()
         self.gpu_memory = gpu_memory
         self._lock = threading.RLock()
+        self._start_lock = threading.Lock()
+        self._finished = threading.Condition(self._lock)
+        self._finishing = 0
+        """Ends being read (pods, log) whose events are not out yet; `sync` waits for them."""
         self._cache: dict[str, dict[tuple[str, str], dict]] = defaultdict(dict)
-        """collection -> (namespace, name) -> object."""
+        """collection (pods, jobs, vcjobs) -> (namespace, name) -> object."""
+        self._by_job: dict[str, dict[str, set[tuple[str, str]]]] = {}
+        """job_id -> collection -> keys of its objects in the cache."""
+        self._live = LiveInventory(cluster, self.labels, self.gpu_aliases)
         self._claims: dict[str, tuple[Claim, int]] = {}
         """job_id -> cards it holds before its pods show, and how many pods it will have."""
         self._seen: dict[str, str] = {}
-        """job_id -> the last phase reported."""
+        """job_id -> the last phase reported, while the job has objects or a claim here."""
         self._events: list[JobEvent] = []
         self._logs: OrderedDict[str, str] = OrderedDict()
         """job_id -> its log tail, for the LOG_TAILS_KEPT jobs that ended last."""
-        self._nodes: dict[str, Node] = {}
         self._started = False
         self._ended: set[str] = set()
-        """Jobs whose end poll_events has handed out."""
+        """Jobs whose end poll_events has handed out, while they have objects here."""
         group, version, plural = VOLCANO
+        cpn = self.labels.selector
         self._watches = [
-            CollectionWatch(
-                name, self.api, fn, self.labels.selector, self._on_list, self._on_event, watch_timeout_s
-            )
-            for name, fn in (
-                ("pods", self.api.core.list_pod_for_all_namespaces),
-                ("jobs", self.api.batch.list_job_for_all_namespaces),
-                ("vcjobs", _bind_custom(self.api.custom.list_cluster_custom_object, group, version, plural)),
+            CollectionWatch(name, self.api, fn, selector, self._on_list, self._on_event, watch_timeout_s)
+            for name, fn, selector in (
+                ("nodes", self.api.core.list_node, None),
+                ("pods", self.api.core.list_pod_for_all_namespaces, None),
+                ("jobs", self.api.batch.list_job_for_all_namespaces, cpn),
+                (
+                    "vcjobs",
+                    _bind_custom(self.api.custom.list_cluster_custom_object, group, version, plural),
+                    cpn,
+                ),
             )
         ]
 
     # -- inventory -------------------------------------------------------------------------------------
 
     def inventory(self) -> tuple[NodeState, ...]:
-        """Every GPU node (control-plane left out) with what its pods and pending claims leave free."""
-        node_list = self.api.call(self.api.core.list_node)["items"]
-        pods = self.api.call(self.api.core.list_pod_for_all_namespaces)["items"]
-        nodes = []
-        for obj in node_list:
-            node = read_node(self.cluster, obj, self.labels, self.gpu_aliases)
-            if node is not None:
-                nodes.append((node, schedulable(obj)))
+        """Every GPU node (control-plane left out) with what its pods and pending claims leave free.
+
+        From the watches once the gateway has started; before that (`cpn plan`, a first round), from one
+        list of the nodes and one of the pods, opening no watch.
+        """
         with self._lock:
-            self._nodes = {n.name: n for n, _ in nodes}
-            placed: dict[str, int] = defaultdict(int)
-            for pod in pods:
-                if (job_id := _job_id_of(pod, self.labels)) and (pod.get("spec") or {}).get("nodeName"):
-                    placed[job_id] += 1
-            # A claim stands for pods not seen yet; once they all show, the pods count instead.
-            for job_id, (_, expected) in list(self._claims.items()):
-                if placed[job_id] >= expected:
-                    del self._claims[job_id]
-            claims = [c for c, _ in self._claims.values()]
-        return node_states(nodes, pods, self.labels, claims)
+            if self._started:
+                return self._live.states(c for c, _ in self._claims.values())
+        once = LiveInventory(self.cluster, self.labels, self.gpu_aliases)
+        once.replace_nodes(self.api.call(self.api.core.list_node)["items"])
+        once.replace_pods(
+            {_key(p): p for p in self.api.call(self.api.core.list_pod_for_all_namespaces)["items"]}
+        )
+        with self._lock:
+            return once.states(c for c, _ in self._claims.values())
 
     def _node(self, cluster: str, name: str) -> Node:
-        if cluster != self.cluster or name not in self._nodes:
+        with self._lock:
+            node = self._live.node(name) if cluster == self.cluster else None
+        if node is None:
             raise KeyError(f"no GPU node {cluster}/{name}")
-        return self._nodes[name]
+        return node
 
     # -- submission ------------------------------------------------------------------------------------
 
@@ -178,13 +191,19 @@ class KubernetesGateway:
             raise SubmitRejected(f"placement is for {placement.job_id}, not {job.job_id}")
         if placement.cluster != self.cluster:
             raise SubmitRejected(f"this gateway runs cluster {self.cluster}, not {placement.cluster}")
-        with self._lock:
-            if job.job_id in self._claims or self._known(job.job_id):
-                return
         try:
-            states = {(s.node.cluster, s.node.name): s for s in self.inventory()}
+            self.start()
         except ApiError as exc:
             raise ApiRefusal(self.cluster, exc) from None
+        with self._lock:
+            if job.job_id in self._claims or job.job_id in self._by_job:
+                return
+            claims = [c for c, _ in self._claims.values()]
+            states = {
+                (self.cluster, name): state
+                for name, _ in placement.nodes
+                if (state := self._live.state(name, claims)) is not None
+            }
         admitted = admit(job, placement, states)
         if isinstance(admitted, Refused):
             raise SubmitRejected(admitted.reason)
@@ -212,13 +231,6 @@ class KubernetesGateway:
             if isinstance(exc, ApiError):
                 raise ApiRefusal(self.cluster, exc) from None
             raise SubmitRejected(f"cluster {self.cluster}: {exc}") from None
-
-    def _known(self, job_id: str) -> bool:
-        return any(
-            _job_id_of(obj, self.labels) == job_id
-            for coll in ("jobs", "vcjobs")
-            for obj in self._cache[coll].values()
-        ) or any(_job_id_of(p, self.labels) == job_id for p in self._cache["pods"].values())
 
     def _create(self, obj: dict, job_id: str) -> None:
         kind = KINDS.get((obj["apiVersion"], obj["kind"]))
@@ -290,23 +302,26 @@ class KubernetesGateway:
             self._claims.pop(job_id, None)
             if _ORDER[self._seen.get(job_id, "submitted")] < _ORDER["succeeded"]:
                 phase = "succeeded" if service else "failed"
-                self._seen[job_id] = phase
+                if job_id in self._by_job:  # its objects' deletion, when watched, ends the record
+                    self._seen[job_id] = phase
                 self._events.append(JobEvent(job_id, phase, self.clock.now(), DELETED_REASON))
 
     # -- events ----------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """List cpn's objects on the cluster and start the watches from there (once; later calls do
-        nothing). Every job found is reported afresh by `poll_events` (a restarted cpn gets the end of a
+        """List cpn's objects on the cluster (and the nodes and pods of the inventory) and start the
+        watches from there (once; later calls do nothing; ApiError when a list fails, and a later call
+        tries again). Every job found is reported afresh by `poll_events` (a restarted cpn gets the end of a
         job that finished while it was down; the scheduler skips what its store already has)."""
-        with self._lock:
+        with self._start_lock:
             if self._started:
                 return
-            self._started = True
-        for w in self._watches:
-            w.relist()
-        for w in self._watches:
-            w.start()
+            for w in self._watches:
+                w.relist()
+            for w in self._watches:
+                w.start()
+            with self._lock:
+                self._started = True
 
     def held_jobs(self) -> frozenset[str]:
         """Ids of the cpn jobs the cluster holds (its objects carry cpn's labels), less those whose end
@@ -314,7 +329,7 @@ class KubernetesGateway:
         found here was submitted, and is never submitted twice."""
         self.start()
         with self._lock:
-            return frozenset(self._job_ids() | set(self._claims)) - self._ended
+            return frozenset(self._by_job.keys() | self._claims.keys()) - self._ended
 
     def close(self) -> None:
         """Stop the watches."""
@@ -332,6 +347,8 @@ class KubernetesGateway:
         for w in self._watches:
             if not w.missing:
                 w.relist()
+        with self._finished:  # an end a watch thread is reading out now is reported too
+            self._finished.wait_for(lambda: self._finishing == 0, timeout=self.api.retry.timeout_s)
 
     @property
     def relists(self) -> int:
@@ -343,7 +360,7 @@ class KubernetesGateway:
         self.start()
         with self._lock:
             events, self._events = self._events, []
-            self._ended.update(e.job_id for e in events if e.kind != "running")
+            self._ended.update(e.job_id for e in events if e.kind != "running" and e.job_id in self._by_job)
         return sorted(events, key=lambda e: e.time)
 
     def log_tail(self, job_id: str) -> str:
@@ -354,58 +371,84 @@ class KubernetesGateway:
 
     def _on_list(self, collection: str, items: list[dict]) -> None:
         with self._lock:
-            before = {_job_id_of(o, self.labels) for o in self._cache[collection].values()}
-            self._cache[collection] = {_key(o): o for o in items}
-            after = {_job_id_of(o, self.labels) for o in items}
-            changed = (before | after) - {None}
+            if collection == "nodes":
+                self._live.replace_nodes(items)
+                return
+            cache = self._cache[collection]
+            changed = {j for o in cache.values() if (j := _job_id_of(o, self.labels))}
+            for key in list(cache):
+                self._index(collection, key, None)
+            for obj in items:
+                self._index(collection, _key(obj), obj)
+                if job_id := _job_id_of(obj, self.labels):
+                    changed.add(job_id)
+            if collection == "pods":
+                self._live.replace_pods(cache)
         self._derive(changed)
 
     def _on_event(self, collection: str, kind: str, obj: dict) -> None:
-        key = _key(obj)
         with self._lock:
-            cache = self._cache[collection]
-            if kind == "DELETED":
-                cache.pop(key, None)
-            else:
-                old = cache.get(key)
-                if old is not None and _older(obj, old):
-                    return
-                cache[key] = obj
-        job_id = _job_id_of(obj, self.labels)
-        if job_id:
+            if collection == "nodes":
+                if kind == "DELETED":
+                    self._live.remove_node(_key(obj)[1])
+                else:
+                    self._live.set_node(obj)
+                return
+            if not self._put(collection, obj, deleted=kind == "DELETED"):
+                return
+        if job_id := _job_id_of(obj, self.labels):
             self._derive({job_id})
 
-    def _job_ids(self) -> set[str]:
-        return {
-            j for coll in self._cache.values() for obj in coll.values() if (j := _job_id_of(obj, self.labels))
-        }
+    def _put(self, collection: str, obj: dict, deleted: bool = False) -> bool:
+        """Cache one object's newer version (or its deletion); False when `obj` is older than the cache's."""
+        key = _key(obj)
+        old = self._cache[collection].get(key)
+        if not deleted and old is not None and _older(obj, old):
+            return False
+        self._index(collection, key, None if deleted else obj)
+        if collection == "pods":
+            self._live.set_pod(key, None if deleted else obj)
+        return True
+
+    def _index(self, collection: str, key: tuple[str, str], obj: dict | None) -> None:
+        """Put `obj` in the cache under `key` (None: take the key out), and in its job's index."""
+        cache = self._cache[collection]
+        old = cache.pop(key, None)
+        if old is not None and (job_id := _job_id_of(old, self.labels)):
+            keys = self._by_job.get(job_id, {})
+            keys.get(collection, set()).discard(key)
+            if not any(keys.values()):
+                self._by_job.pop(job_id, None)
+        if obj is None:
+            return
+        cache[key] = obj
+        if job_id := _job_id_of(obj, self.labels):
+            self._by_job.setdefault(job_id, {}).setdefault(collection, set()).add(key)
+
+    def _objects(self, job_id: str, collection: str) -> list[dict]:
+        keys = self._by_job.get(job_id, {}).get(collection, ())
+        return [self._cache[collection][k] for k in sorted(keys)]
 
     def _workload(self, job_id: str) -> dict | None:
         with self._lock:
-            return next(
-                (
-                    o
-                    for coll in ("jobs", "vcjobs")
-                    for o in self._cache[coll].values()
-                    if _job_id_of(o, self.labels) == job_id
-                ),
-                None,
-            )
+            return next((o for coll in ("jobs", "vcjobs") for o in self._objects(job_id, coll)), None)
 
     def _status(self, job_id: str) -> JobStatus:
-        pods = [p for p in self._cache["pods"].values() if _job_id_of(p, self.labels) == job_id]
-        return job_status(self._workload(job_id), pods)
+        return job_status(self._workload(job_id), self._objects(job_id, "pods"))
 
     def _derive(self, job_ids: set[str]) -> None:
         """Re-derive each job's status and report what moved it forward."""
         for job_id in sorted(job_ids):
             with self._lock:
+                if job_id not in self._by_job:
+                    # Its objects are gone: nothing more can be reported, and nothing is kept.
+                    self._seen.pop(job_id, None)
+                    self._ended.discard(job_id)
+                    continue
                 status = self._status(job_id)
                 seen = self._seen.get(job_id, "submitted")
                 pods_seen = [
-                    p
-                    for p in self._cache["pods"].values()
-                    if _job_id_of(p, self.labels) == job_id and (p.get("spec") or {}).get("nodeName")
+                    p for p in self._objects(job_id, "pods") if (p.get("spec") or {}).get("nodeName")
                 ]
                 claim = self._claims.get(job_id)
                 if claim is not None and (
@@ -415,6 +458,7 @@ class KubernetesGateway:
                 if _ORDER[status.phase] <= _ORDER[seen]:
                     continue
                 self._seen[job_id] = status.phase
+                self._finishing += status.phase in ("succeeded", "failed")
                 now = self.clock.now()
                 if seen == "submitted" and status.phase != "submitted" and status.start is not None:
                     self._events.append(JobEvent(job_id, "running", status.start))
@@ -430,6 +474,9 @@ class KubernetesGateway:
                 self.api.core.list_pod_for_all_namespaces,
                 label_selector=f"{self.labels.job}={job_key(job_id)}",
             )["items"]
+            with self._lock:
+                for pod in pods:  # the inventory sees the cards free as soon as the end is reported
+                    self._put("pods", pod)
             workload = self._workload(job_id)
             status = job_status(workload, pods) if workload is not None else status
         except ApiError as exc:
@@ -458,6 +505,8 @@ class KubernetesGateway:
             self._events.append(
                 JobEvent(job_id, status.phase, end, status.reason, mem, log_tail)  # type: ignore[arg-type]
             )
+            self._finishing -= 1
+            self._finished.notify_all()
 
 
 def tail(text: str, lines: int, max_bytes: int) -> str:

@@ -1,11 +1,11 @@
 """A watch on one collection of cpn's objects that resumes where it stopped and relists when it must.
 
-The loop lists the collection (cpn's label selector) once, hands the items to `on_list`, and watches
-from the list's resourceVersion. Every event's resourceVersion (bookmarks included) is remembered, so a
-watch that ends (its timeout, a dropped connection, a server error) resumes from there without missing
-or repeating anything. When the server answers 410 Gone (the version was compacted away), the loop
-lists again and carries on from the new list: `on_list` gets the whole current state, so changes made
-while the watch was blind are still seen.
+The loop lists the collection (by a label selector, or all of it) once, hands the items to `on_list`,
+and watches from the list's resourceVersion. Every event's resourceVersion (bookmarks included) is
+remembered, so a watch that ends (its timeout, a dropped connection, a server error) resumes from there
+without missing or repeating anything. When the server answers 410 Gone (the version was compacted
+away), the loop lists again and carries on from the new list: `on_list` gets the whole current state,
+so changes made while the watch was blind are still seen.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class CollectionWatch:
         name: str,
         api: Api,
         list_fn: Callable[..., Any],
-        selector: str,
+        selector: str | None,
         on_list: Callable[[str, list[dict]], None],
         on_event: Callable[[str, str, dict], None],
         timeout_s: int = 60,
@@ -44,6 +44,7 @@ class CollectionWatch:
         self.api = api
         self.list_fn = list_fn
         self.selector = selector
+        """Label selector of the objects watched; None = every object of the collection."""
         self.on_list = on_list
         self.on_event = on_event
         self.timeout_s = timeout_s
@@ -60,7 +61,7 @@ class CollectionWatch:
     def relist(self) -> None:
         """List the collection now and hand the whole of it to `on_list`."""
         try:
-            body = self.api.call(self.list_fn, label_selector=self.selector)
+            body = self.api.call(self.list_fn, **self._selecting())
         except ApiError as exc:
             if exc.status == 404:
                 self.missing = True
@@ -69,6 +70,9 @@ class CollectionWatch:
         self.lists += 1
         self.resource_version = (body.get("metadata") or {}).get("resourceVersion")
         self.on_list(self.name, body.get("items") or [])
+
+    def _selecting(self) -> dict[str, str]:
+        return {} if self.selector is None else {"label_selector": self.selector}
 
     def start(self) -> None:
         """Run the watch loop on a daemon thread (once)."""
@@ -116,7 +120,7 @@ class CollectionWatch:
 
     def _watch_once(self) -> None:
         resp = self.list_fn(
-            label_selector=self.selector,
+            **self._selecting(),
             watch=True,
             resource_version=self.resource_version,
             allow_watch_bookmarks=True,

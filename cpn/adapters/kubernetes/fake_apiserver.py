@@ -1,11 +1,17 @@
-"""A small Kubernetes API server over HTTP, for tests of the real `kubernetes` client (no cluster here).
+"""A small Kubernetes API server over HTTP, for tests and benchmarks of the real `kubernetes` client.
+
+It lives in the package, beside the adapter it stands in for, because `cpn bench gateway` runs the
+gateway against it from an installed cpn (where tests/ is not), and it needs nothing but the standard
+library.
 
 It serves what cpn uses, as JSON: nodes; pods with their logs; batch/v1 Jobs, apps/v1 Deployments,
 Volcano Jobs, Services and ConfigMaps (create 201, 409 AlreadyExists, get, delete, list, watch).
 Lists carry a resourceVersion; watches stream chunked events after a resourceVersion and honour
 `labelSelector` (k=v,...), `timeoutSeconds` and, for pods, `fieldSelector status.phase!=...`.
 `compact()` makes older versions expire, so a watch from one gets 410 Gone, as etcd compaction does.
-`fail()` scripts error answers (429, 5xx) for matching requests.
+`fail()` scripts error answers (429, 5xx) for matching requests. Every request is recorded
+(`requests`) and counted by what an authorizer would call it (`calls`: (API group, resource, verb), a
+watch counted once when it opens).
 
 A stand-in controller and scheduler: creating a workload creates its pods (parallelism, replicas or
 each Volcano task's replicas), each bound to the first node its `matchFields metadata.name` allows that
@@ -18,10 +24,13 @@ the watch's resume and relist depend on.
 
 from __future__ import annotations
 
+import bisect
 import json
+import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,6 +42,22 @@ WORKLOADS = {("batch", "jobs"), ("apps", "deployments"), ("batch.volcano.sh", "j
 
 def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def call_of(method: str, path: str) -> tuple[str, str, str]:
+    """(API group, resource, verb) of one request, as the API server's authorizer sees it."""
+    url = urlparse(path)
+    parts = [p for p in url.path.split("/") if p]
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    if method == "GET":
+        watch = parse_qs(url.query).get("watch") in (["true"], ["1"])
+        verb = "get" if len(rest) > 1 else "watch" if watch else "list"
+    else:
+        verb = {"POST": "create", "DELETE": "delete"}[method]
+    return group, resource, verb
 
 
 @dataclass
@@ -55,6 +80,13 @@ class FakeApiServer:
         self.cond = threading.Condition()
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str]] = []
+        """(method, path) of every request, oldest first."""
+        self.calls: Counter[tuple[str, str, str]] = Counter()
+        """(API group, resource, verb) -> requests so far (`call_of`)."""
+        self.listed = 0
+        """Objects returned by lists so far (what a client read that it did not watch)."""
+        self._gpus: dict[str, float] = {}
+        """node -> GPUs requested by its pods that have not ended (the stand-in scheduler's view)."""
         self.logs: dict[tuple[str, str], str] = {}
         self.auto_start = True
         self._stopped = False
@@ -87,7 +119,12 @@ class FakeApiServer:
             meta["resourceVersion"] = str(self.rv)
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", now_iso())
-            self.objects.setdefault(res, {})[(meta.get("namespace", ""), meta["name"])] = obj
+            store = self.objects.setdefault(res, {})
+            key = (meta.get("namespace", ""), meta["name"])
+            if res == ("", "pods"):
+                self._count_gpus(store.get(key), -1)
+                self._count_gpus(obj, 1)
+            store[key] = obj
             self.events.append((self.rv, res, kind, json.loads(json.dumps(obj))))
             self.cond.notify_all()
             return obj
@@ -96,6 +133,8 @@ class FakeApiServer:
         with self.cond:
             obj = self.objects.get(res, {}).pop((ns, name), None)
             if obj is not None:
+                if res == ("", "pods"):
+                    self._count_gpus(obj, -1)
                 self.rv += 1
                 obj["metadata"]["resourceVersion"] = str(self.rv)
                 self.events.append((self.rv, res, "DELETED", obj))
@@ -135,16 +174,17 @@ class FakeApiServer:
 
     # -- the stand-in controllers -------------------------------------------------------------------
 
+    def _count_gpus(self, pod: dict | None, sign: int) -> None:
+        if pod is None or not (node := pod.get("spec", {}).get("nodeName")):
+            return
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        for c in pod["spec"].get("containers", []):
+            gpus = float((c.get("resources", {}).get("limits") or {}).get("nvidia.com/gpu", 0))
+            self._gpus[node] = self._gpus.get(node, 0.0) + sign * gpus
+
     def _gpus_used(self, node: str) -> float:
-        used = 0.0
-        for pod in self.objects.get(("", "pods"), {}).values():
-            if pod["spec"].get("nodeName") == node and pod["status"].get("phase") not in (
-                "Succeeded",
-                "Failed",
-            ):
-                for c in pod["spec"].get("containers", []):
-                    used += float((c.get("resources", {}).get("limits") or {}).get("nvidia.com/gpu", 0))
-        return used
+        return self._gpus.get(node, 0.0)
 
     def _schedule(self, pod_spec: dict) -> str | None:
         terms = (
@@ -312,6 +352,12 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:
             pass
 
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body go out as separate writes: without this, Nagle's algorithm holds the body
+            # until the client's delayed ACK, some 40 ms per request.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
             self.send_response(status)
@@ -353,6 +399,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         def _fault(self) -> bool:
             server.requests.append((self.command, self.path))
+            server.calls[call_of(self.command, self.path)] += 1
             for fault in server.faults:
                 if fault.times > 0 and fault.method == self.command and fault.path in self.path:
                     fault.times -= 1
@@ -390,6 +437,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     and _matches(o, q.get("labelSelector"), q.get("fieldSelector"))
                 ]
                 rv = server.rv
+                server.listed += len(items)
             self._send(
                 200,
                 {
@@ -429,7 +477,8 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     return
                 while True:
                     with server.cond:
-                        batch = [e for e in server.events if e[0] > since]
+                        # Events are appended in resourceVersion order: find the first one after `since`.
+                        batch = server.events[bisect.bisect_right(server.events, since, key=lambda e: e[0]) :]
                         if not batch:
                             left = deadline - time.monotonic()
                             if left <= 0 or server._stopped:

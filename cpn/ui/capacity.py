@@ -1,0 +1,94 @@
+"""What the clusters page shows: the cards of each cluster and GPU type, free, used and unusable, now and
+over time, as the service's latest inventory says.
+
+`cpn run` records the inventory after every round (on the loop's thread, so the gateway is never called
+from a web request) and hands `Capacity.view` to the web UI: a read-only callable, the UI's one window on
+the running service.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from cpn.admission import Room
+from cpn.inventory import NodeState
+
+HISTORY_POINTS = 720
+"""Samples of utilisation kept for the chart (one per round: with 5 s rounds, the last hour)."""
+
+
+@dataclass(frozen=True)
+class CardCounts:
+    """The cards of one cluster and GPU type."""
+
+    cluster: str
+    gpu_type: str
+    free: int
+    """Cards no job holds, on nodes with CPU room for a job."""
+    used: int
+    """Cards jobs hold (whole, or shared)."""
+    unusable: int
+    """Free cards on nodes whose CPU is used up to the scheduler's CPU threshold: no job can start there."""
+
+    @property
+    def total(self) -> int:
+        """Every card."""
+        return self.free + self.used + self.unusable
+
+
+@dataclass(frozen=True)
+class CapacityView:
+    """The latest counts and the utilisation history (time, cluster -> used share of its cards)."""
+
+    counts: tuple[CardCounts, ...] = ()
+    history: tuple[tuple[float, dict[str, float]], ...] = ()
+    node_gpu: dict[tuple[str, str], str] | None = None
+    """(cluster, node) -> GPU type of each node, to name the cards a placed job holds."""
+
+
+def count_cards(states: Iterable[NodeState], cpu_threshold: float) -> tuple[CardCounts, ...]:
+    """Free, used and unusable cards per (cluster, GPU type), in name order."""
+    totals: dict[tuple[str, str], list[int]] = {}
+    for state in states:
+        room = Room.of(state, cpu_threshold)
+        free = state.free_gpus
+        blocked = free if room.cpu_used >= room.cpu_cap else 0
+        counts = totals.setdefault((state.node.cluster, state.node.gpu_type), [0, 0, 0])
+        counts[0] += free - blocked
+        counts[1] += state.node.gpu_count - free
+        counts[2] += blocked
+    return tuple(CardCounts(c, g, *n) for (c, g), n in sorted(totals.items()))
+
+
+class Capacity:
+    """Keeps the latest inventory's card counts and a bounded utilisation history; thread-safe."""
+
+    def __init__(self, cpu_threshold: float = 1.0) -> None:
+        self.cpu_threshold = cpu_threshold
+        self._lock = threading.Lock()
+        self._view = CapacityView()
+        self._history: deque[tuple[float, dict[str, float]]] = deque(maxlen=HISTORY_POINTS)
+
+    def record(self, states: tuple[NodeState, ...], now: float) -> None:
+        """Take a new inventory, seen at `now` (Unix time)."""
+        counts = count_cards(states, self.cpu_threshold)
+        per_cluster: dict[str, list[int]] = {}
+        for c in counts:
+            used_total = per_cluster.setdefault(c.cluster, [0, 0])
+            used_total[0] += c.used
+            used_total[1] += c.total
+        with self._lock:
+            self._history.append((now, {k: u / t for k, (u, t) in per_cluster.items() if t}))
+            self._view = CapacityView(
+                counts,
+                tuple(self._history),
+                {(s.node.cluster, s.node.name): s.node.gpu_type for s in states},
+            )
+
+    def view(self) -> CapacityView:
+        """The latest counts and history (empty before the first round)."""
+        with self._lock:
+            return self._view

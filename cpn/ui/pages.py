@@ -1,0 +1,252 @@
+"""The web UI's pages, served by the API's app under `/ui` (server-rendered, no scripts, no external assets).
+
+- `/ui/login`: a form that takes an API token and keeps it in an HttpOnly, SameSite=Strict cookie; the
+  token's namespaces are all the pages show (a server started with --no-auth shows everything);
+- `/ui/queue`: every job with its state, GPUs, cluster, waiting reason, predicted start and age;
+  filters by namespace, state, waiting reason and GPU type; paged;
+- `/ui/jobs/{ns}/{name}`: one job: why it waits and since when, predicted start, placement, transitions,
+  log tails, its manifest (secrets redacted as the API redacts them) and a cancel button;
+- `/ui/clusters`: free, used and unusable cards per cluster and GPU type, and utilisation over time.
+
+Forms are POSTed; the API's guard (cpn.api) refuses cross-site requests (Origin, Sec-Fetch-Site) before
+they get here, and the SameSite cookie is not sent with them anyway.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, get_args
+from urllib.parse import parse_qs, urlencode
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from cpn.api import UI_COOKIE as COOKIE
+from cpn.api import cancel_answer, redact_manifest, redact_text
+from cpn.auth import ApiSecurity, Principal
+from cpn.decisions import WaitCode
+from cpn.jobs import FINISHED, JobState
+from cpn.store import JobRecord, JobStore, UnknownJob
+from cpn.ui.capacity import CapacityView
+
+PAGE_SIZE = 50
+"""Jobs per queue page (more when a page of the store holds more matches)."""
+_SCAN = 500
+"""Jobs read from the store at a time while filtering the queue by reason or GPU type."""
+_SCAN_MAX = 2000
+"""Most jobs one queue page reads while filtering: a rare filter value then gives a short page with a
+`next page` link, in bounded time, rather than one answer that reads the whole store."""
+
+_env = Environment(loader=PackageLoader("cpn.ui", "templates"), autoescape=select_autoescape(["html"]))
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    if t < 1e9:  # simulated time: seconds since the simulation began
+        return f"t = {_span(t)}"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _span(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    sign, s = ("-" if seconds < 0 else ""), abs(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{sign}{s / size:.1f} {unit}"
+    return f"{sign}{s:.0f} s"
+
+
+_env.filters["when"] = _when
+_env.filters["span"] = _span
+
+
+def principal_of(request: Request) -> Principal | None:
+    """The caller the API's guard admitted (by bearer token or the UI's cookie); None = not logged in."""
+    return request.scope.get("cpn.principal")
+
+
+def mount_ui(
+    app: FastAPI,
+    store: JobStore,
+    security: ApiSecurity,
+    capacity: Callable[[], CapacityView] | None = None,
+    now: Callable[[], float] = time.time,
+) -> FastAPI:
+    """Add the `/ui` pages to `app` (cpn.api.create_app's, with the same `security`), reading `store`, and
+    return it; `capacity` is the running service's latest inventory (None: the clusters page says there is
+    none); `now` is the store's clock (ages, predicted starts)."""
+
+    def page(name: str, request: Request, status: int = 200, **values: Any) -> HTMLResponse:
+        html = _env.get_template(name).render(principal=principal_of(request), **values)
+        return HTMLResponse(html, status_code=status)
+
+    def login_first() -> Response:
+        return RedirectResponse("/ui/login", status_code=303)
+
+    @app.get("/ui", include_in_schema=False)
+    def home() -> Response:
+        return RedirectResponse("/ui/queue", status_code=303)
+
+    @app.get("/ui/login", include_in_schema=False)
+    def login_form(request: Request) -> HTMLResponse:
+        return page("login.html", request, auth=security.authenticator is not None)
+
+    @app.post("/ui/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        token = (form.get("token") or [""])[0].strip()
+        if security.authenticator is None or security.authenticator.authenticate(token) is None:
+            return page("login.html", request, 401, auth=security.authenticator is not None, failed=True)
+        response = RedirectResponse("/ui/queue", status_code=303)
+        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/ui")
+        return response
+
+    @app.post("/ui/logout", include_in_schema=False)
+    def logout() -> Response:
+        response = login_first()
+        response.delete_cookie(COOKIE, path="/ui")
+        return response
+
+    @app.get("/ui/queue", include_in_schema=False)
+    def queue(
+        request: Request,
+        namespace: str = "",
+        state: str = "",
+        reason: str = "",
+        gpu: str = "",
+        cursor: int = 0,
+    ) -> Response:
+        principal = principal_of(request)
+        if principal is None:
+            return login_first()
+        states = [JobState(state)] if state in {s.value for s in JobState} else None
+        allowed = principal.namespaces
+        if namespace:
+            namespaces: list[str] | None = [namespace] if principal.may(namespace) else []
+        else:
+            namespaces = None if allowed is None else sorted(allowed)
+        view = capacity() if capacity is not None else CapacityView()
+        node_gpu = view.node_gpu or {}
+        rows, after, scanned = [], cursor, 0
+        while True:
+            records, after = store.page(
+                states=states, namespaces=namespaces, after=after, limit=_SCAN if reason or gpu else PAGE_SIZE
+            )
+            for r in records:
+                gpu_type = _gpu_type(r, node_gpu)
+                if reason and (r.waiting is None or r.waiting.code != reason):
+                    continue
+                if gpu and gpu != gpu_type and gpu not in r.spec.gpu_products:
+                    continue
+                rows.append((r, gpu_type))
+            scanned += len(records)
+            if after is None or len(rows) >= PAGE_SIZE or scanned >= _SCAN_MAX:
+                break
+        query = {"namespace": namespace, "state": state, "reason": reason, "gpu": gpu}
+        next_url = None if after is None else "/ui/queue?" + urlencode({**query, "cursor": after})
+        gpu_types = sorted({c.gpu_type for c in view.counts})
+        return page(
+            "queue.html",
+            request,
+            rows=rows,
+            now=now(),
+            query=query,
+            states=[s.value for s in JobState],
+            reasons=_REASONS,
+            gpu_types=gpu_types,
+            namespaces=[] if allowed is None else sorted(allowed),
+            next_url=next_url,
+            first=cursor == 0,
+        )
+
+    @app.get("/ui/jobs/{namespace}/{name}", include_in_schema=False)
+    def job(request: Request, namespace: str, name: str, message: str = "") -> Response:
+        principal = principal_of(request)
+        if principal is None:
+            return login_first()
+        if not principal.may(namespace):
+            return page("error.html", request, 403, error=f"this token may not read namespace {namespace}")
+        try:
+            record = store.get(f"{namespace}/{name}")
+        except UnknownJob:
+            return page("error.html", request, 404, error=f"no job {namespace}/{name}")
+        history = store.history(record.job_id)
+        waiting_since = record.updated_at if record.state == JobState.QUEUED else None
+        node_gpu = (capacity().node_gpu if capacity is not None else None) or {}
+        return page(
+            "job.html",
+            request,
+            job=record,
+            gpu_type=_gpu_type(record, node_gpu),
+            history=history,
+            tails=[(t, redact_text(t.log_tail)) for t in history if t.log_tail],
+            manifest=redact_manifest(record.spec.manifest),
+            waiting_since=waiting_since,
+            now=now(),
+            cancellable=record.state not in FINISHED,
+            message=message,
+        )
+
+    @app.post("/ui/jobs/{namespace}/{name}/cancel", include_in_schema=False)
+    def cancel(request: Request, namespace: str, name: str) -> Response:
+        principal = principal_of(request)
+        if principal is None:
+            return login_first()
+        if not principal.may(namespace):
+            return page("error.html", request, 403, error=f"this token may not cancel jobs of {namespace}")
+        try:
+            outcome = store.cancel(f"{namespace}/{name}", principal.name)
+        except UnknownJob:
+            return page("error.html", request, 404, error=f"no job {namespace}/{name}")
+        message = cancel_answer(outcome)["message"]
+        return RedirectResponse(
+            f"/ui/jobs/{namespace}/{name}?" + urlencode({"message": message}), status_code=303
+        )
+
+    @app.get("/ui/clusters", include_in_schema=False)
+    def clusters(request: Request) -> Response:
+        if principal_of(request) is None:
+            return login_first()
+        view = capacity() if capacity is not None else CapacityView()
+        return page("clusters.html", request, view=view, chart=utilisation_chart(view))
+
+    return app
+
+
+_REASONS = get_args(WaitCode)
+"""Waiting reasons the queue can be filtered by (cpn.decisions.WaitCode)."""
+
+
+def _gpu_type(record: JobRecord, node_gpu: dict[tuple[str, str], str]) -> str:
+    """The GPU type a job holds (where placed) or asks for (its allowed products), else `any`."""
+    if record.cluster and record.node and (record.cluster, record.node) in node_gpu:
+        return node_gpu[(record.cluster, record.node)]
+    return ", ".join(record.spec.gpu_products) or "any"
+
+
+CHART_W, CHART_H = 720, 200
+_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+
+
+def utilisation_chart(view: CapacityView) -> list[dict[str, str]]:
+    """One SVG polyline per cluster (points in a CHART_W x CHART_H box: time across, 0-100% up), drawn
+    server-side from the utilisation history; empty with fewer than two samples."""
+    if len(view.history) < 2:
+        return []
+    t0, t1 = view.history[0][0], view.history[-1][0]
+    span = (t1 - t0) or 1.0
+    clusters = sorted({c for _, shares in view.history for c in shares})
+    lines = []
+    for i, cluster in enumerate(clusters):
+        points = " ".join(
+            f"{(t - t0) / span * CHART_W:.1f},{CHART_H - shares[cluster] * CHART_H:.1f}"
+            for t, shares in view.history
+            if cluster in shares
+        )
+        lines.append({"cluster": cluster, "points": points, "colour": _COLOURS[i % len(_COLOURS)]})
+    return lines
