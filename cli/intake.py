@@ -1,8 +1,8 @@
 """`cpn submit`, `cpn jobs`, `cpn job` (and `cpn job cancel`) and `cpn serve`: job intake and the job store
 from the shell.
 
-Every command takes `--store PATH`; without it the store is `$CPN_STORE`, else `jobs.db` in
-`$CPN_HOME` (`~/.cpn` by default; config.runtime), the store `cpn run` uses.
+Every command takes `--store STORE` (a file or a database URL); without it the store is `$CPN_STORE`,
+else `jobs.db` in `$CPN_HOME` (`~/.cpn` by default; config.runtime), the store `cpn run` uses.
 Exit status: 0 done; 1 the store refused (conflicting resubmission, unknown job, unusable
 store file, disk full); 2 invalid input (a manifest with problems, a file that cannot be read,
 a `cpn serve` without any token configured).
@@ -15,16 +15,21 @@ import dataclasses
 import getpass
 import os
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cli.tokens import tokens_file_argument, tokens_path
-from config.runtime import runtime_settings
+from config.runtime import job_store, store_exists
 from cpn.auth import LOOPBACK_HOSTS, ApiSecurity, Authenticator, TokenFileError
 from cpn.intake import IntakeError, Reading, read_manifests
 from cpn.jobs import JobSpec, JobState
 from cpn.safe_yaml import DEFAULT_LIMITS
 from cpn.store import JobConflict, JobRecord, JobStore, StoreError, UnknownJob
+
+if TYPE_CHECKING:
+    from cli.client import Client
 
 _EXIT_REFUSED = 1
 _EXIT_INVALID = 2
@@ -36,8 +41,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument(
         "--store",
-        metavar="PATH",
-        help="job store file (default: $CPN_STORE, else jobs.db in $CPN_HOME, ~/.cpn by default)",
+        metavar="STORE",
+        help=(
+            "job store: a file or a database URL, e.g. postgresql://USER@HOST/DB (default: $CPN_STORE, "
+            "else jobs.db in $CPN_HOME, ~/.cpn by default)"
+        ),
+    )
+    server = argparse.ArgumentParser(add_help=False)
+    server.add_argument(
+        "--server",
+        metavar="URL",
+        help="ask a cpn server (http://HOST:PORT) instead of reading the store; token: $CPN_TOKEN, else "
+        "the file token in $CPN_HOME (cli.client)",
     )
 
     p = sub.add_parser(
@@ -56,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "jobs",
-        parents=[store],
+        parents=[store, server],
         help="list stored jobs",
         description="List the jobs in the store in the order they were accepted.",
     )
@@ -70,19 +85,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "job",
-        parents=[store],
-        usage="cpn job [--store PATH] [--manifest] ID\n       cpn job [--store PATH] cancel ID",
-        help="show one job and its transition history, or cancel it",
+        parents=[store, server],
+        usage="cpn job [--store PATH | --server URL] [--manifest] ID\n"
+        "       cpn job [--store PATH | --server URL] cancel ID\n"
+        "       cpn job --server URL [--tail N] logs ID",
+        help="show one job and its transition history, cancel it, or print its log",
         description=(
             "Show one job's spec, state, placement and every state change it made. `cpn job cancel ID` "
             "cancels it: a queued job leaves the queue at once; one on a cluster is deleted there by the "
             "scheduler's next round (`cpn run`); a job that has ended is left as it is. Cancelling twice "
-            "is harmless."
+            "is harmless. `cpn job logs ID` prints the job's log from its cluster (else the stored tail of "
+            "its failed run), through a server."
         ),
     )
     p.add_argument("job_id", metavar="ID", help="job id NAMESPACE/NAME (a bare NAME means default/NAME)")
     p.add_argument("cancel_id", nargs="?", metavar="ID", help=argparse.SUPPRESS)
     p.add_argument("--manifest", action="store_true", help="also print the manifest the job came in")
+    p.add_argument("--tail", type=int, default=100, metavar="N", help="`logs`: last N lines (default: 100)")
     p.set_defaults(func=run_job)
 
     p = sub.add_parser(
@@ -166,15 +185,14 @@ def security_from_args(args: argparse.Namespace) -> ApiSecurity:
     return ApiSecurity(authenticator, hosts, origins)
 
 
-def store_path(arg: str | None) -> Path:
-    """The store file: `--store`, else the runtime settings' (`$CPN_STORE`, else `$CPN_HOME/jobs.db`)."""
-    return Path(arg) if arg else runtime_settings().store_path
+def store_path(arg: str | None) -> Path | str:
+    """The store: `--store` (a file or a database URL), else the runtime settings' (`$CPN_STORE`, else
+    `$CPN_HOME/jobs.db`)."""
+    return job_store(arg)
 
 
 def _open_store(arg: str | None) -> JobStore:
-    path = store_path(arg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return JobStore(path)
+    return JobStore(store_path(arg))
 
 
 def _fail(command: str, message: str, status: int) -> int:
@@ -234,8 +252,13 @@ def _read_limited(name: str, limit: int) -> str:
 
 
 def run_jobs(args: argparse.Namespace) -> int:
-    """Print a table of the stored jobs, oldest first."""
-    if not store_path(args.store).exists():
+    """Print a table of the stored jobs, oldest first; ETA: a queued job's predicted start (the latest
+    round's forward look, cpn.engine.forecast). With --server, the server's jobs (cli.client)."""
+    if args.server:
+        from cli.client import list_jobs
+
+        return _remote("jobs", args, lambda client: list_jobs(client, args.state))
+    if not store_exists(store_path(args.store)):
         print(
             f"no jobs: there is no store at {store_path(args.store)} yet; queue jobs with `cpn submit FILE`"
         )
@@ -248,7 +271,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     if not records:
         print("no jobs" + (f" in state {', '.join(args.state)}" if args.state else ""))
         return 0
-    rows = [("JOB", "STATE", "KIND", "MODEL", "GPUS", "CLUSTER", "NODE", "ACCEPTED")]
+    rows = [("JOB", "STATE", "KIND", "MODEL", "GPUS", "CLUSTER", "NODE", "ACCEPTED", "ETA")]
     rows += [
         (
             r.job_id,
@@ -259,6 +282,9 @@ def run_jobs(args: argparse.Namespace) -> int:
             r.cluster or "-",
             r.node or "-",
             _format_time(r.submitted_at),
+            _format_time(r.waiting.predicted_start)
+            if r.waiting is not None and r.waiting.predicted_start is not None
+            else "-",
         )
         for r in records
     ]
@@ -278,7 +304,7 @@ def run_cancel(job_id: str, store_arg: str | None) -> int:
 
     job_id = _full_id(job_id)
     missing = f"no job {job_id} in {store_path(store_arg)}; list the jobs with `cpn jobs`"
-    if not store_path(store_arg).exists():
+    if not store_exists(store_path(store_arg)):
         return _fail("job cancel", missing, _EXIT_REFUSED)
     try:
         with _open_store(store_arg) as store:
@@ -293,16 +319,38 @@ def run_cancel(job_id: str, store_arg: str | None) -> int:
 
 def run_job(args: argparse.Namespace) -> int:
     """Print one job: its spec, state and placement, its transitions, then the pod log tail of each failed
-    run (secret-looking values redacted). `cpn job cancel ID` cancels the job instead (`run_cancel`)."""
+    run (secret-looking values redacted). `cpn job cancel ID` cancels the job instead (`run_cancel`); with
+    --server all of it, and `cpn job logs ID`, go through the server (cli.client)."""
+    if args.cancel_id is not None and args.job_id not in ("cancel", "logs"):
+        return _fail(
+            "job",
+            f"unexpected argument {args.cancel_id!r}; use `cpn job cancel ID` or `cpn job logs ID`",
+            _EXIT_INVALID,
+        )
+    if args.server:
+        from cli import client
+
+        if args.cancel_id is None:
+            job_id = _full_id(args.job_id)
+            return _remote("job", args, lambda c: client.show_job(c, job_id, args.manifest))
+        job_id = _full_id(args.cancel_id)
+        if args.job_id == "cancel":
+            return _remote("job cancel", args, lambda c: client.cancel_job(c, job_id))
+        if args.tail < 1:
+            return _fail("job logs", f"--tail must be at least 1, not {args.tail}", _EXIT_INVALID)
+        return _remote("job logs", args, lambda c: client.print_logs(c, job_id, args.tail))
+    if args.job_id == "logs" and args.cancel_id is not None:
+        return _fail(
+            "job logs",
+            "a job's log comes from its cluster through a cpn server: `cpn job logs --server URL ID` "
+            "(`cpn job ID` shows the stored log tails of failed runs)",
+            _EXIT_INVALID,
+        )
     if args.cancel_id is not None:
-        if args.job_id != "cancel":
-            return _fail(
-                "job", f"unexpected argument {args.cancel_id!r}; use `cpn job cancel ID`", _EXIT_INVALID
-            )
         return run_cancel(args.cancel_id, args.store)
     job_id = _full_id(args.job_id)
     missing = f"no job {job_id} in {store_path(args.store)}; list the jobs with `cpn jobs`"
-    if not store_path(args.store).exists():
+    if not store_exists(store_path(args.store)):
         return _fail("job", missing, _EXIT_REFUSED)
     try:
         with _open_store(args.store) as store:
@@ -360,6 +408,19 @@ def run_serve(args: argparse.Namespace) -> int:
             create_app(store, security=security), host=args.host, port=args.port, access_log=args.access_log
         )
     return 0
+
+
+def _remote(command: str, args: argparse.Namespace, call: Callable[[Client], int]) -> int:
+    """Run `call` with a client of `--server`; the server's refusal is exit 1 (`--store` with it: 2)."""
+    from cli.client import ClientError, client_for
+
+    if args.store:
+        message = "--store reads a store on this host, --server asks a server: give one of them"
+        return _fail(command, message, _EXIT_INVALID)
+    try:
+        return call(client_for(args.server))
+    except ClientError as exc:
+        return _fail(command, str(exc), _EXIT_REFUSED)
 
 
 def _format_time(t: float) -> str:

@@ -246,14 +246,14 @@ def run_bench(args: argparse.Namespace) -> int:
 
 def _completions(args: argparse.Namespace) -> list:
     """Completed jobs of the job store (`--store`, else this home's if it exists), as CompletedRuns."""
-    from config.runtime import runtime_settings
+    from config.runtime import job_store, store_exists
     from config.settings import DEMO_DIR, load_profile
     from cpn.engine.feedback import completed_runs
     from cpn.inventory import nodes_from_config
     from cpn.store import JobStore
 
-    path = Path(args.store) if args.store else runtime_settings().store_path
-    if not path.exists():
+    path = job_store(args.store)
+    if not store_exists(path):
         if args.store:
             raise ConfigError(f"--store {args.store}: no such job store")
         return []

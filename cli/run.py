@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from cli.intake import add_security_arguments, security_from_args
-from config.runtime import runtime_settings
+from config.runtime import job_store, runtime_settings
 from config.settings import DEMO_DIR, ConfigError, Profile, load_profile
 from cpn.bootstrap import Service, build_service
 from cpn.engine.lease import LeaseLost, lease_ttl
@@ -43,7 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo)")
     p.add_argument(
-        "--store", help="job store file (default: $CPN_STORE, else jobs.db in $CPN_HOME, ~/.cpn by default)"
+        "--store",
+        help="job store: a file or a database URL, e.g. postgresql://USER@HOST/DB (default: $CPN_STORE, "
+        "else jobs.db in $CPN_HOME, ~/.cpn by default)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=8080, help="port of the HTTP API (default: %(default)s)")
@@ -105,8 +107,7 @@ def build(args: argparse.Namespace, profile: Profile) -> Service:
     from models.sources import estimate_source
 
     table = ThroughputTable.load(args.throughputs)
-    store = Path(args.store) if args.store else runtime_settings().store_path
-    store.parent.mkdir(parents=True, exist_ok=True)
+    store = job_store(args.store)
     return build_service(
         profile.clusters,
         store,
@@ -157,6 +158,9 @@ def run_service(args: argparse.Namespace) -> int:
     import uvicorn
 
     from cpn.api import create_app
+    from cpn.clock import SimClock
+    from cpn.engine.live_load import MeasuredLoad
+    from cpn.telemetry import Telemetry, instrument
     from cpn.ui.capacity import Capacity
     from cpn.ui.pages import mount_ui
 
@@ -168,10 +172,15 @@ def run_service(args: argparse.Namespace) -> int:
         service = build(args, profile)
         capacity = Capacity(service.scheduler.cpu_threshold)
         after = after_each_round(args, profile, service)
+        telemetry = Telemetry(service.store, service.lease.holder if service.lease is not None else None)
+        instrument(service.scheduler, telemetry)
+        load = service.scheduler.node_load
+        health = load.health if isinstance(load, MeasuredLoad) else None
 
         def after_and_record(result: RoundResult) -> None:
             after(result)  # then the inventory for the web UI's clusters page, on the loop's own thread
             capacity.record(service.gateway.inventory(), service.clock.now())
+            telemetry.after_round(result, capacity.view().counts, health)  # what /metrics serves
 
         loop = LiveLoop(service.scheduler, interval, simulation=service.driver, on_round=after_and_record)
     except (ConfigError, ThroughputFormatError, StoreError, ValueError, FileNotFoundError) as exc:
@@ -182,7 +191,13 @@ def run_service(args: argparse.Namespace) -> int:
         server = uvicorn.Server(
             uvicorn.Config(
                 mount_ui(
-                    create_app(service.store, security=security),
+                    create_app(
+                        service.store,
+                        security=security,
+                        metrics=telemetry.registry,
+                        logs=service.gateway.logs,
+                        clock="simulated" if isinstance(service.clock, SimClock) else "wall",
+                    ),
                     service.store,
                     security,
                     capacity.view,

@@ -3,7 +3,8 @@
 `CPN_HOME` (default `~/.cpn`) holds the job store (`jobs.db`), the MLflow store (`mlflow.db`, model
 artifacts in `mlruns/` beside it), ingested benchmark scores (`benchmarks.yaml`, from the logs in
 `benchmark-logs/`) and the logs of `cpn up`'s services (`logs/`). `CPN_STORE` and `CPN_TRACKING_URI`
-override one of them. Every path is made absolute when the settings are read, so a command run from
+override one of them; the job store may also be a PostgreSQL database (`CPN_STORE=postgresql://...`,
+docs/store.md). Every path is made absolute when the settings are read, so a command run from
 another directory, a Prefect worker whose flow runs change directory, and the MLflow server all see the
 same files.
 """
@@ -27,8 +28,12 @@ class RuntimeSettings(BaseSettings):
         default_factory=lambda: Path.home() / ".cpn",
         description="Folder of the job store and the MLflow store (CPN_HOME).",
     )
-    store: Path | None = Field(
-        None, description="Job store file (CPN_STORE); default: jobs.db in the home folder."
+    store: str | None = Field(
+        None,
+        description=(
+            "Job store (CPN_STORE): a file, or a database URL (sqlite:///FILE, "
+            "postgresql://USER@HOST/DATABASE); default: jobs.db in the home folder."
+        ),
     )
     tracking_uri: str | None = Field(
         None,
@@ -44,10 +49,15 @@ class RuntimeSettings(BaseSettings):
         None, description="Base URL of the MLflow UI on this store (CPN_MLFLOW_UI; `cpn up` sets it)."
     )
 
-    @field_validator("home", "store", "tokens_file", mode="after")
+    @field_validator("home", "tokens_file", mode="after")
     @classmethod
     def _absolute(cls, path: Path | None) -> Path | None:
         return None if path is None else path.expanduser().resolve()
+
+    @field_validator("store", mode="after")
+    @classmethod
+    def _absolute_store(cls, store: str | None) -> str | None:
+        return None if store is None else str(store_target(store))
 
     @field_validator("tracking_uri", mode="after")
     @classmethod
@@ -57,9 +67,9 @@ class RuntimeSettings(BaseSettings):
         return sqlite_uri(Path(uri.removeprefix("sqlite:///")))
 
     @property
-    def store_path(self) -> Path:
-        """The job store file, absolute."""
-        return self.store or self.home / "jobs.db"
+    def store_path(self) -> Path | str:
+        """The job store: an absolute file, or a database server's URL."""
+        return store_target(self.store) if self.store else self.home / "jobs.db"
 
     @property
     def tokens_path(self) -> Path:
@@ -96,6 +106,25 @@ class RuntimeSettings(BaseSettings):
 def sqlite_uri(path: Path) -> str:
     """`sqlite:///` URI of `path`, made absolute (SQLAlchemy reads `sqlite:////abs/file.db`)."""
     return f"sqlite:///{path.expanduser().resolve()}"
+
+
+def store_target(value: str | Path) -> Path | str:
+    """The job store a `--store` or CPN_STORE value names: a file (a path, or a `sqlite:///` URL) as an
+    absolute Path; a database server's URL (`postgresql://...`) as given."""
+    text = str(value)
+    if "://" in text and not text.startswith("sqlite:///"):
+        return text
+    return Path(text.removeprefix("sqlite:///")).expanduser().resolve()
+
+
+def job_store(arg: str | None) -> Path | str:
+    """The job store a command uses: its `--store` value, else this home's (CPN_STORE, else its jobs.db)."""
+    return store_target(arg) if arg else runtime_settings().store_path
+
+
+def store_exists(target: Path | str) -> bool:
+    """False only for a store file not made yet: a server's database is there (opening it says if not)."""
+    return not isinstance(target, Path) or target.exists()
 
 
 def runtime_settings() -> RuntimeSettings:

@@ -15,14 +15,25 @@
 - `GET /jobs/{namespace}/{name}`: one job with its spec, what was read of it (`read`), its
   manifest (with `env` values and secret-looking fields redacted) and its transition history (a failed
   run's end with the last lines of its pod log, secret-looking values redacted).
+- `GET /jobs/{namespace}/{name}/logs?tail=100`: the last lines of the job's log (secret-looking values
+  redacted), from its cluster while the cluster has it (`source: cluster`), else the log tail stored with
+  its failed run (`source: store`); 404 when there is neither (a job that never ran, or one whose cluster
+  kept no pod and whose run did not fail).
 - `DELETE /jobs/{namespace}/{name}`: cancel a job (idempotent). A queued job leaves the queue at once
   (200, `cancelled`); one on a cluster gets a cancel request the scheduler's next round carries out,
   deleting it there (202, `requested`); a job that had ended is left as it was (200, `finished`). 403
   with another namespace's token, 404 for an unknown job; who cancelled and when is in its history.
 - `GET /healthz`: the API is up (no token needed); job counts per state with a token
   for every namespace.
+- `GET /metrics`: cpn's own metrics in Prometheus' text format (no token needed, like `/healthz`:
+  Prometheus scrapes without one; cpn.telemetry, docs/metrics.md), where the app was given a registry.
 
-Every request but `/healthz` needs `Authorization: Bearer <token>` (401 without; see
+Times: every answer that has times says which clock they are on. `"clock": "wall"`: each `..._at` field
+is an ISO 8601 UTC timestamp (`2025-01-02T03:04:05.678Z`); `"clock": "simulated"` (`cpn run` over simulated
+clusters only): each is a number, seconds of simulated time since the simulation started.
+`accepted_at` is when the store accepted the job.
+
+Every request but `/healthz` and `/metrics` needs `Authorization: Bearer <token>` (401 without; see
 cpn.auth), a `Host` the server answers to, and no cross-site `Origin` (403). Every
 error is JSON `{"error": "<what went wrong and what to do>", ...}`, never a traceback.
 """
@@ -33,14 +44,18 @@ import dataclasses
 import json
 import logging
 import re
-from typing import Annotated, Any
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
 import yaml
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.concurrency import run_in_threadpool
 
+from cpn.adapters.gateway import NoLog
 from cpn.auth import ANONYMOUS, ApiSecurity, Principal
 from cpn.intake import IntakeError, Reading, read_manifests
 from cpn.jobs import JobSpec, JobState
@@ -67,6 +82,10 @@ a worker thread costs more CPU than parsing one job. Larger ones go to a worker 
 submission does not hold up other requests."""
 MAX_PAGE = 1000
 """Largest `limit` of `GET /jobs`."""
+MAX_LOG_LINES = 10_000
+"""Largest `tail` of `GET /jobs/{namespace}/{name}/logs`."""
+LogSource = Callable[[str, int], str]
+"""(job id, lines) -> the last lines of the job's log on its cluster (ClusterGateway.logs; raises NoLog)."""
 REDACTED = "<redacted>"
 """What a secret value reads as in a returned manifest."""
 _SECRET_KEY = re.compile(
@@ -78,7 +97,7 @@ _SECRET_IN_TEXT = re.compile(
     re.IGNORECASE,
 )
 """A secret-looking key's value (`KEY=v`, `key: v`, `"key": "v"`) or a credential after Bearer/Basic."""
-_OPEN_PATHS = frozenset({"/healthz"})
+_OPEN_PATHS = frozenset({"/healthz", "/metrics"})
 
 
 class _BadRequest(ValueError):
@@ -89,11 +108,22 @@ class _BadRequest(ValueError):
         self.status = status
 
 
-def create_app(store: JobStore, *, security: ApiSecurity) -> FastAPI:
+def create_app(
+    store: JobStore,
+    *,
+    security: ApiSecurity,
+    metrics: CollectorRegistry | None = None,
+    logs: LogSource | None = None,
+    clock: Literal["wall", "simulated"] = "wall",
+) -> FastAPI:
     """The intake API over `store`, admitting requests as `security` says; the caller owns the store.
 
     Tests and a loopback-only server without tokens pass `ApiSecurity.no_auth(...)`. The web UI
     (cpn.ui.pages.mount_ui) adds its pages to this app; the guard admits them by the UI's cookie.
+    `metrics`: the registry `GET /metrics` serves (cpn.telemetry.Telemetry.registry); None: no `/metrics`.
+    `logs` reads a job's log from the clusters (`cpn run` passes its gateway's; without it, as in `cpn
+    serve`, only stored log tails are served); `clock` is the store's clock, which says how times are
+    shown (module doc).
     """
     app = FastAPI(
         title="cpn job intake",
@@ -144,7 +174,11 @@ def create_app(store: JobStore, *, security: ApiSecurity) -> FastAPI:
             after=int(cursor or 0),
             limit=limit,
         )
-        return {"jobs": [_summary(r) for r in records], "next_cursor": None if after is None else str(after)}
+        return {
+            "clock": clock,
+            "jobs": [_summary(r, clock) for r in records],
+            "next_cursor": None if after is None else str(after),
+        }
 
     @app.get("/jobs/{namespace}/{name}")
     def get_job(request: Request, namespace: str, name: str) -> dict[str, Any]:
@@ -153,11 +187,38 @@ def create_app(store: JobStore, *, security: ApiSecurity) -> FastAPI:
         job_id = f"{namespace}/{name}"
         record = store.get(job_id)
         return {
-            **_summary(record),
+            **_summary(record, clock),
+            "clock": clock,
             "spec": _public_spec(record.spec),
             "read": dataclasses.asdict(Reading.of(record.spec)),
-            "history": [_transition(t) for t in store.history(job_id)],
+            "history": [_transition(t, clock) for t in store.history(job_id)],
         }
+
+    @app.get("/jobs/{namespace}/{name}/logs")
+    def job_logs(
+        request: Request,
+        namespace: str,
+        name: str,
+        tail: Annotated[int, Query(ge=1, le=MAX_LOG_LINES, description="Lines from the end")] = 100,
+    ) -> dict[str, Any]:
+        """The last `tail` lines of the job's log: from its cluster, else the tail stored with its failed
+        run."""
+        _authorize(_principal(request), [namespace], "read")
+        job_id = f"{namespace}/{name}"
+        record = store.get(job_id)
+        if logs is not None:
+            try:
+                return _log_answer(job_id, "cluster", logs(job_id, tail))
+            except NoLog:
+                pass
+        stored = next((t.log_tail for t in reversed(store.history(job_id)) if t.log_tail), "")
+        if not stored:
+            raise _BadRequest(
+                f"no log of {job_id} (state {record.state.value}): no cluster holds its pod now and no "
+                "failed run's log tail was stored",
+                status=404,
+            )
+        return _log_answer(job_id, "store", "\n".join(stored.splitlines()[-tail:]))
 
     @app.delete("/jobs/{namespace}/{name}")
     def cancel_job(request: Request, namespace: str, name: str) -> JSONResponse:
@@ -176,6 +237,13 @@ def create_app(store: JobStore, *, security: ApiSecurity) -> FastAPI:
         if principal is None or principal.namespaces is not None:
             return {"status": "ok"}
         return {"status": "ok", "jobs": {state.value: n for state, n in counts.items()}}
+
+    if metrics is not None:
+
+        @app.get("/metrics")
+        def prometheus_metrics() -> Response:
+            """The registry's series in Prometheus' text format."""
+            return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
 
     return app
 
@@ -414,7 +482,18 @@ def _error(status: int, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": message, **extra}, status_code=status)
 
 
-def _summary(record: JobRecord) -> dict[str, Any]:
+def _log_answer(job_id: str, source: str, text: str) -> dict[str, Any]:
+    return {"job_id": job_id, "source": source, "log": redact_text(text)}
+
+
+def _at(t: float | None, clock: str) -> str | float | None:
+    """A store time as the API shows it (module doc): ISO 8601 UTC on the wall clock, else seconds."""
+    if t is None or clock == "simulated":
+        return t
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _summary(record: JobRecord, clock: str) -> dict[str, Any]:
     spec = record.spec
     return {
         "job_id": record.job_id,
@@ -426,12 +505,12 @@ def _summary(record: JobRecord) -> dict[str, Any]:
         "node": record.node,
         "placement": [{"node": node, "gpus": cards} for node, cards in record.placement],
         "gpus": record.gpus,
-        "submitted_at": record.submitted_at,
-        "updated_at": record.updated_at,
+        "accepted_at": _at(record.submitted_at, clock),
+        "updated_at": _at(record.updated_at, clock),
         "waiting": None
         if record.waiting is None
         else {"code": record.waiting.code, "detail": record.waiting.detail},
-        "predicted_start": record.waiting.predicted_start if record.waiting else None,
+        "predicted_start_at": _at(record.waiting.predicted_start if record.waiting else None, clock),
     }
 
 
@@ -473,11 +552,11 @@ def redact_text(text: str) -> str:
     return _SECRET_IN_TEXT.sub(lambda m: (m.group("key") or m.group("scheme")) + REDACTED, text)
 
 
-def _transition(t: Transition) -> dict[str, Any]:
+def _transition(t: Transition, clock: str) -> dict[str, Any]:
     return {
         "from": t.from_state.value if t.from_state else None,
         "to": t.to_state.value,
-        "time": t.time,
+        "at": _at(t.time, clock),
         "reason": t.reason,
         "cluster": t.cluster,
         "node": t.node,

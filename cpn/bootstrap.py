@@ -218,6 +218,7 @@ def build_service(
         node_load=node_load,
         explain_every_s=0.0 if live else REPLAY_EXPLAIN_EVERY_S,
         lease=lease,
+        forecast=live,  # a replay looks forward only when a benchmark asks (cpn.bench.recorder.record_on)
     )
     return Service(
         clusters=clusters,

@@ -46,13 +46,13 @@ def retrain(
 
     logger = get_run_logger()
     settings = runtime_settings()
-    store_path = Path(store) if store else settings.store_path
+    store_path = job_store(store)
     uri = tracking_uri or settings.mlflow_uri
     if benchmarks is None:
         benchmarks = str(settings.predictor_benchmarks)
     schedule = RetrainSchedule(every_completions, every_s)
     profile = load_settings(config_dir or str(DEMO_DIR))
-    if store_path.exists():
+    if store_exists(store_path):
         runs = collect_completions(str(store_path), nodes_from_config(profile.clusters))
     else:
         logger.info("no job store at %s yet: no completed jobs to learn from", store_path)

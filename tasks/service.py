@@ -43,7 +43,6 @@ def open_service(
 
     settings = runtime_settings()
     if not dry_run:
-        settings.store_path.parent.mkdir(parents=True, exist_ok=True)
     table = ThroughputTable.load(GAVEL_ISOLATED)
     with predictor_logs_in_prefect():  # a first champion's training, in the run's logs
         source = estimate_source(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cpn.adapters.gateway import ClusterGateway, JobEvent, SubmitRejected
+from cpn.adapters.gateway import ClusterGateway, JobEvent, NoLog, SubmitRejected
 from cpn.decisions import Placement
 from cpn.inventory import NodeState
 from cpn.jobs import JobSpec
@@ -61,6 +61,15 @@ class ClusterSet:
         for gateway in self._distinct:
             if job_id in gateway.held_jobs():
                 gateway.delete(job_id)
+
+    def logs(self, job_id: str, tail_lines: int) -> str:
+        """The job's log from the first gateway that has one; NoLog when none has."""
+        for gateway in self._distinct:
+            try:
+                return gateway.logs(job_id, tail_lines)
+            except NoLog:
+                continue
+        raise NoLog(f"no cluster has a log of {job_id}")
 
     def poll_events(self) -> list[JobEvent]:
         """Every gateway's events, oldest first."""

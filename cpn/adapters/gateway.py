@@ -39,6 +39,11 @@ class JobEvent:
     '' on every other event, and where the cluster has no log (the simulated clusters have none)."""
 
 
+class NoLog(LookupError):
+    """The clusters hold no log of the job: it never ran there, or its pods (or the simulator's record of
+    it) are gone. A finished job's stored `log_tail` is what remains of it then."""
+
+
 class SubmitRejected(RuntimeError):
     """The cluster refused the job (no such node, not enough free GPUs, invalid manifest).
 
@@ -69,6 +74,11 @@ class ClusterGateway(Protocol):
 
     def poll_events(self) -> list[JobEvent]:
         """Events since the last call, oldest first."""
+        ...
+
+    def logs(self, job_id: str, tail_lines: int) -> str:
+        """The last `tail_lines` lines of the job's log as the cluster has it now (a running job's so far, a
+        finished one's while its pod is kept); raise NoLog when the clusters have none of it."""
         ...
 
     def held_jobs(self) -> frozenset[str]:

@@ -15,9 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from kubernetes import client
-
-from cpn.adapters.kubernetes import KubernetesGateway
+from cpn.adapters.kubernetes import KubernetesGateway, api_client_at
 from cpn.adapters.kubernetes.fake_apiserver import FakeApiServer
 from cpn.decisions import Placement
 from cpn.jobs import JobSpec
@@ -95,9 +93,7 @@ def bench_gateway(
 ) -> GatewayFigures:
     """Submit `jobs` jobs through a gateway on a fake API server of `nodes` nodes and `pods` pods."""
     server = FakeApiServer().start()
-    gateway = KubernetesGateway(
-        "bench", client.ApiClient(client.Configuration(host=server.url)), label_domain=DOMAIN
-    )
+    gateway = KubernetesGateway("bench", api_client_at(server.url), label_domain=DOMAIN)
     try:
         populate(server, nodes, pods)
         t0 = time.perf_counter()

@@ -3,8 +3,9 @@
 A cluster of `gpus` cards (three sites, one GPU type each: K80, P100, V100 on 8-card nodes) and a
 generated queue (cpn.sim.generated, over Gavel's measured configurations) run through the
 production scheduler on simulated clusters; the queue is topped up after every round so that `jobs`
-stay queued, and each round's `decide` is timed. The figures are those a round of the live service
-would take on that queue (the scheduler's own bookkeeping excluded).
+stay queued, and each round's `decide` and forward look (the predicted starts) are timed. The figures
+are those a round of the live service would take on that queue (the scheduler's own bookkeeping
+excluded).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from config.policies import PolicySettings
 from config.settings import ClustersConfig
-from cpn.bench.recorder import RecordingPolicy
+from cpn.bench.recorder import RecordingPolicy, record_on
 from cpn.bootstrap import build_simulation
 from cpn.formats.throughput import ThroughputTable
 from cpn.policies import make_policy
@@ -44,6 +45,10 @@ class SolverBench:
     """Rounds that used greedy's plan instead of the solver's."""
     solve_median_s: float | None
     """Median of the model's build-and-solve time alone (None for a policy without a solver)."""
+    forecast_median_s: float = 0.0
+    """Median time of a round's forward look (cpn.engine.forecast), on top of the decision; the queue
+    changes every round, so every round looks forward afresh."""
+    forecast_max_s: float = 0.0
 
     def to_json(self) -> dict:
         """`{"jobs": N, "gpus": M, "rounds": R, "median_s": X, "max_s": Y, "fallbacks": F, ...}`."""
@@ -84,10 +89,14 @@ def bench_solver(
     queue = generate_queue(jobs * (rounds + 1), seed, table, clusters)
     recorder = RecordingPolicy(make_policy(settings))
     sim = build_simulation(clusters, ":memory:", recorder, table, estimator=OracleEstimates(table))
+    forecaster = record_on(sim.scheduler, recorder)
     sim.store.submit(queue[:jobs])
     given = jobs
+    looks = []
     for _ in range(rounds):
+        spent = forecaster.spent_s
         result = sim.scheduler.round()
+        looks.append(forecaster.spent_s - spent)
         started = jobs - result.pending_after
         if started > 0:
             sim.store.submit(queue[given : given + started])
@@ -106,4 +115,6 @@ def bench_solver(
         max_s=max(times),
         fallbacks=sum(1 for r in recorder.solver_rounds if r.fallback is not None),
         solve_median_s=statistics.median(solves) if solves else None,
+        forecast_median_s=statistics.median(looks),
+        forecast_max_s=max(looks),
     )

@@ -62,7 +62,7 @@ class Outlook:
     placed_at: dict[str, float] = field(default_factory=dict)
     """job_id -> simulated time the policy places it (its start less its transfer)."""
     ends: dict[str, float] = field(default_factory=dict)
-    """job_id -> predicted end of every job the look has running (those running at `now` and those it places)."""
+    """job_id -> predicted end of every job the look has running (running at `now`, or placed by it)."""
     jobs: frozenset[str] = frozenset()
     """The queued jobs it looked at."""
     nodes: tuple = ()
@@ -96,7 +96,9 @@ class _Cluster:
                 pos = pick_shared_card([(c.free_share, c.free_memory_gb) for c in shared], share, mem_gb)
                 if pos is not None:
                     c = shared[pos]
-                    shared[pos] = replace(c, free_share=c.free_share - share, free_memory_gb=c.free_memory_gb - mem_gb)
+                    shared[pos] = replace(
+                        c, free_share=c.free_share - share, free_memory_gb=c.free_memory_gb - mem_gb
+                    )
                     card, free = c.index, state.free_gpus
                 else:
                     card = max((c.index for c in shared), default=-1) + 1
@@ -105,7 +107,9 @@ class _Cluster:
                 state = replace(state, free_gpus=free, shared=tuple(shared))
             else:
                 state = replace(state, free_gpus=state.free_gpus - cards)
-            self.states[i] = replace(state, cpu_used=state.cpu_used + cpu, running=(*state.running, job.job_id))
+            self.states[i] = replace(
+                state, cpu_used=state.cpu_used + cpu, running=(*state.running, job.job_id)
+            )
             held.append((i, cards, cpu, card, share, mem_gb))
         self.held[job.job_id] = held
 
@@ -333,8 +337,9 @@ def _why_moved(before: Outlook, after: Outlook, snapshot: Snapshot) -> dict[str,
     t = snapshot.now
     arrivals = [j for j in snapshot.pending if j.job_id not in before.jobs]
     ended_early = [
-        j for j, end in before.ends.items() if end > t + EPS_S and before.placed_at.get(j, -math.inf) < t - EPS_S
-        and j not in snapshot.running
+        j
+        for j, end in before.ends.items()
+        if end > t + EPS_S and before.placed_at.get(j, -math.inf) < t - EPS_S and j not in snapshot.running
     ]
     late, changed = [], []
     for job_id, job in snapshot.running.items():
@@ -371,4 +376,3 @@ def _names(job_ids: list[str]) -> str:
     shown = ", ".join(job_ids[:MOVED_NAMES])
     more = len(job_ids) - MOVED_NAMES
     return f"{shown} and {more} more" if more > 0 else shown
-

@@ -21,7 +21,9 @@ def only_clusters(snapshot: Snapshot, clusters: Sequence[str]) -> Snapshot:
 
 def decision_rows(snapshot: Snapshot, decision: Decision) -> list[dict]:
     """One row per job the round looked at: where it goes (cluster, node, GPUs, predicted runtime,
-    transfer time, predicted start) or why it waits or was rejected. Times are seconds; None = unknown."""
+    transfer time, predicted start) or why it waits or was rejected; a waiting job's forward look
+    (cpn.engine.forecast) adds its predicted end, its start's interval and why its start moved. Times are
+    seconds; None = unknown (or never, a service's end)."""
     gpu_type = {(n.node.cluster, n.node.name): n.node.gpu_type for n in snapshot.nodes}
     rows = []
     for p in decision.placements:
@@ -38,13 +40,21 @@ def decision_rows(snapshot: Snapshot, decision: Decision) -> list[dict]:
                 "transfer_s": None if transfer is None else round(transfer, 1),
                 "predicted_start_s": round(snapshot.now + (transfer or 0.0), 1),
                 "why": "",
+                "moved": "",
             }
         )
     for r in decision.rejections:
         rows.append(_other(r.job_id, "rejected", None, r.reason))
     for w in decision.waiting:
         why = f"{w.code}: {w.detail}" if w.detail else w.code
-        rows.append(_other(w.job_id, "waiting", w.predicted_start, why))
+        row = _other(w.job_id, "waiting", w.predicted_start, why)
+        row.update(
+            predicted_end_s=_seconds(w.predicted_end),
+            start_low_s=_seconds(w.start_low),
+            start_high_s=_seconds(w.start_high),
+            moved=w.moved,
+        )
+        rows.append(row)
     return rows
 
 
@@ -57,6 +67,12 @@ def _other(job_id: str, outcome: str, start: float | None, why: str) -> dict:
         "gpus": None,
         "predicted_runtime_s": None,
         "transfer_s": None,
-        "predicted_start_s": None if start is None else round(start, 1),
+        "predicted_start_s": _seconds(start),
         "why": why,
+        "moved": "",
     }
+
+
+def _seconds(t: float | None) -> float | None:
+    """A time for the artifact: rounded to 0.1 s; None when unknown or never (a service's end)."""
+    return None if t is None or t == float("inf") else round(t, 1)

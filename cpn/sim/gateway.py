@@ -12,6 +12,9 @@ A service (`JobSpec.is_service`) serves for its trace lifetime (`JobSpec.duratio
 until `delete`; it trains nothing, so card partners neither slow it nor are slowed by it. `delete` ends
 any job now and frees its cards (a service `succeeded`, a training job `failed`, reason `deleted`).
 
+`logs` is a synthetic log for people (`cpn job logs`): the run's start, its step progress so far, its end;
+the runs that ended last keep theirs (ENDED_LOGS_KEPT), as a real cluster keeps a finished pod a while.
+
 A job's end is an event on a heap ordered by (time, sequence number), so equal times resolve in
 submission order and the same inputs always give the same event sequence. A job sharing a card trains
 at its rate alone times the co-location factors of its partners (cpn.sim.colocation); when a partner
@@ -24,11 +27,12 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from cpn.adapters.gateway import DELETED_REASON, OOM_REASON, JobEvent, SubmitRejected
+from cpn.adapters.gateway import DELETED_REASON, OOM_REASON, JobEvent, NoLog, SubmitRejected
 from cpn.admission import Refused, admit
 from cpn.clock import SimClock
 from cpn.decisions import Placement
@@ -38,6 +42,11 @@ from cpn.rules import is_sharing
 from cpn.sim.truth import GroundTruth, RunOutcome
 
 __all__ = ["Execution", "GroundTruth", "SimulatedGateway"]
+
+ENDED_LOGS_KEPT = 256
+"""`logs` answers for the runs that ended last, this many; a long-running service keeps no more."""
+LOG_PROGRESS_LINES = 100
+"""A synthetic log reports a run's progress at most this many times (every 1% of its steps)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +151,8 @@ class SimulatedGateway:
         self._seq = 0
         self._events: list[JobEvent] = []
         self.executions: list[Execution] = []
+        self._ended: OrderedDict[str, tuple[_Run, float, str]] = OrderedDict()
+        """job_id -> its last run, when it ended and the end line of its log (ENDED_LOGS_KEPT of them)."""
 
     def _state(self, key: tuple[str, str]) -> NodeState:
         node, use = self._nodes[key], self._use[key]
@@ -260,6 +271,19 @@ class SimulatedGateway:
         if run is not None:
             self._finish(run, self.clock.now(), deleted=True)
 
+    def logs(self, job_id: str, tail_lines: int) -> str:
+        """The last `tail_lines` lines of a synthetic log of the job's run: where it started, its steps done
+        by now (or by its end) and how it ended; NoLog for a job neither running nor among the runs that
+        ended last. Simulated times, in seconds."""
+        run = self._runs.get(job_id)
+        if run is not None:
+            lines = _log_lines(run, self.clock.now(), None)
+        elif (ended := self._ended.get(job_id)) is not None:
+            lines = _log_lines(*ended)
+        else:
+            raise NoLog(f"the simulated clusters have no run of {job_id}")
+        return "\n".join(lines[-tail_lines:] if tail_lines > 0 else [])
+
     def held_jobs(self) -> frozenset[str]:
         """Jobs running now, and those whose end is not yet polled."""
         return frozenset(self._runs) | {e.job_id for e in self._events}
@@ -309,6 +333,10 @@ class SimulatedGateway:
                 Execution(job_id, node.cluster, node.name, gpus, run.start, end, kind, reason, run.share)
             )
         self._events.append(JobEvent(job_id, kind, end, reason, self._measured_gb(run)))
+        self._ended[job_id] = (run, end, f"[{end:.1f}s] {kind}" + (f": {reason}" if reason else ""))
+        self._ended.move_to_end(job_id)
+        while len(self._ended) > ENDED_LOGS_KEPT:
+            self._ended.popitem(last=False)
         node = run.held[0][0]
         if run.card is not None and run.card in self._use[(node.cluster, node.name)].shared:
             self._reschedule(node, run.card, end)
@@ -339,3 +367,21 @@ class SimulatedGateway:
     def running_jobs(self) -> tuple[str, ...]:
         """Ids of the jobs running now, in start order."""
         return tuple(self._runs)
+
+
+def _log_lines(run: _Run, now: float, last: str | None) -> list[str]:
+    """A run's synthetic log up to `now`: its start, a line per 1% of its steps done by then, and `last`
+    (its end) if it ended."""
+    job = run.job
+    where = ", ".join(f"{n.cluster}/{n.name} cards {','.join(map(str, gpus))}" for n, gpus in run.held)
+    lines = [f"[{run.start:.1f}s] started {job.job_id} ({job.model}) on {where} (simulated cluster)"]
+    total = job.total_steps or 0
+    if job.is_service:
+        lines.append(f"[{run.start:.1f}s] serving {job.model}")
+    elif run.trains and total:
+        done = total - max(0.0, run.steps_left - run.rate * (now - run.since))
+        every = max(1, math.ceil(total / LOG_PROGRESS_LINES))
+        lines += [f"step {step}/{total}" for step in range(every, int(done + 1e-6) + 1, every)]
+    if last is not None:
+        lines.append(last)
+    return lines

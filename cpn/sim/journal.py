@@ -108,6 +108,10 @@ class JournaledGateway:
         self.sim.delete(job_id)
         self.journal.record_delete(self.sim.clock.now(), job_id)
 
+    def logs(self, job_id: str, tail_lines: int) -> str:
+        """The simulator's synthetic log of the job."""
+        return self.sim.logs(job_id, tail_lines)
+
     def poll_events(self) -> list[JobEvent]:
         """The simulator's events."""
         return self.sim.poll_events()

@@ -163,9 +163,11 @@ def test_get_job_with_history(client, store):
     body = response.json()
     assert (body["state"], body["cluster"], body["node"]) == ("assigned", "bj-k80", "bj-train-0")
     assert body["spec"]["num_gpus"] == 2 and "kind: Job" in body["spec"]["manifest"]
-    assert [(h["from"], h["to"], h["time"]) for h in body["history"]] == [
-        (None, "queued", 42.0),
-        ("queued", "assigned", 42.0),
+    # The server's clock is the wall clock: times are UTC ISO 8601 (the store's clock read 42 s).
+    assert body["clock"] == "wall" and body["accepted_at"] == "1970-01-01T00:00:42.000Z"
+    assert [(h["from"], h["to"], h["at"]) for h in body["history"]] == [
+        (None, "queued", "1970-01-01T00:00:42.000Z"),
+        ("queued", "assigned", "1970-01-01T00:00:42.000Z"),
     ]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cli import main
+from cpn.decisions import Waiting
 from cpn.jobs import JobState
 from cpn.store import JobStore
 
@@ -120,10 +121,13 @@ def test_jobs_lists_and_filters(db, capsys):
     main(["submit", str(EXAMPLES / "queue.yaml")])
     with JobStore(db) as store:
         store.transition("default/lm-small", JobState.ASSIGNED, cluster="bj-k80", node="bj-train-0")
+        store.set_waiting([Waiting("default/cyclegan", "queue-order", "", 120.0)])
     capsys.readouterr()
     assert main(["jobs"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["JOB", "STATE", "KIND", "MODEL", "GPUS", "CLUSTER", "NODE", "ACCEPTED"]
+    etas = {line.split()[0]: line.split()[-1] for line in lines[1:-1]}
+    assert etas["default/cyclegan"] == "120.0s" and etas["default/lm-small"] == "-"
+    assert lines[0].split() == ["JOB", "STATE", "KIND", "MODEL", "GPUS", "CLUSTER", "NODE", "ACCEPTED", "ETA"]
     assert lines[1].split()[:7] == [
         "default/lm-small",
         "assigned",

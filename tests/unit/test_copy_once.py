@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from config.settings import ClustersConfig
 from cpn.clock import SimClock
 from cpn.decisions import Decision, Placement, Snapshot
 from cpn.engine.scheduler import Scheduler
@@ -19,29 +18,11 @@ from cpn.sim.migrator import SimulatedMigrator
 from cpn.sim.truth import GroundTruth
 from cpn.store import JobStore
 from cpn.transfer import TransferTimes
+from tests.unit.test_migration_flow import one_card_sites
 
 TABLE = ThroughputTable([ThroughputRow("ResNet-18", 32, "v100", 1, 1.0)])
-CLUSTERS = ClustersConfig.model_validate(
-    {
-        "clusters": [
-            {
-                "name": c,
-                "node_groups": [
-                    {
-                        "name": "g",
-                        "gpu_product": "v100",
-                        "gpus_per_node": 1,
-                        "gpu_memory_gb": 16,
-                        "cpu_cores": 4,
-                    }
-                ],
-            }
-            for c in ("a", "b", "c")
-        ],
-        # 12.5 GB of payload: 10 s from a or b to each other, 10 s a -> c, 100 s b -> c.
-        "wan_gbps": {"a": {"b": 10, "c": 10}, "b": {"c": 1}},
-    }
-)
+# 12.5 GB of payload: 10 s between a and b, 10 s a -> c, 100 s b -> c.
+CLUSTERS = one_card_sites({"a": {"b": 10, "c": 10}, "b": {"c": 1}})
 NODES = [Node(c, f"{c}-0", "Tesla-V100-SXM2-16GB", 1, 16, 4, "training") for c in ("a", "b", "c")]
 
 

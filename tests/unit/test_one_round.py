@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -163,6 +164,11 @@ def test_the_running_service_holds_the_lease_and_a_second_scheduler_is_refused_b
     second.close()
 
 
+def unmoved(decision: Decision) -> Decision:
+    """`decision` without why each predicted start moved."""
+    return replace(decision, waiting=tuple(replace(w, moved="") for w in decision.waiting))
+
+
 def test_a_read_only_service_reconciles_nothing_writes_nothing_and_decides_as_the_live_one(running):
     service, wall = running
     store = Path(service.store.path)
@@ -174,7 +180,9 @@ def test_a_read_only_service_reconciles_nothing_writes_nothing_and_decides_as_th
     dry.start()  # a reconcile here would queue the migrating jobs again: its simulated copies are gone
     result = run_stages(dry.scheduler, dry_run=True)
     mine = service.scheduler.decide(service.scheduler.snapshot())
-    assert dry.scheduler.decide(dry.scheduler.snapshot()) == mine
+    theirs = dry.scheduler.decide(dry.scheduler.snapshot())
+    # why a predicted start moved is each service's own history of forward looks (cpn.engine.forecast)
+    assert unmoved(theirs) == unmoved(mine)
     assert result.decided == len(mine.placements)
     assert result.pending == sum(s == JobState.QUEUED for s in states.values())
     dry.close()

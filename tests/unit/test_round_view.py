@@ -32,7 +32,18 @@ def test_placed_rows_carry_the_estimate_of_the_nodes_gpu_type_and_the_transfer()
     decision = Decision(
         placements=(Placement("a/one", "east", "e0", 2),),
         rejections=(Rejection("a/three", "needs 99 GPUs"),),
-        waiting=(Waiting("a/two", "memory", "needs 40 GB", predicted_start=4000.0),),
+        waiting=(
+            Waiting(
+                "a/two",
+                "memory",
+                "needs 40 GB",
+                4000.0,
+                4100.0,
+                3900.0,
+                4300.0,
+                "a/one ended earlier than predicted",
+            ),
+        ),
     )
     rows = {r["job"]: r for r in decision_rows(SNAP, decision)}
     assert rows["a/one"] == {
@@ -45,9 +56,12 @@ def test_placed_rows_carry_the_estimate_of_the_nodes_gpu_type_and_the_transfer()
         "transfer_s": 120.0,
         "predicted_start_s": 220.0,
         "why": "",
+        "moved": "",
     }
     assert rows["a/two"]["outcome"] == "waiting" and rows["a/two"]["why"] == "memory: needs 40 GB"
-    assert rows["a/two"]["predicted_start_s"] == 4000.0
+    assert rows["a/two"]["predicted_start_s"] == 4000.0 and rows["a/two"]["predicted_end_s"] == 4100.0
+    assert (rows["a/two"]["start_low_s"], rows["a/two"]["start_high_s"]) == (3900.0, 4300.0)
+    assert rows["a/two"]["moved"] == "a/one ended earlier than predicted"
     assert rows["a/three"]["outcome"] == "rejected" and rows["a/three"]["why"] == "needs 99 GPUs"
 
 

@@ -42,6 +42,11 @@ def snapshot(
     return Snapshot(now=now, pending=jobs, nodes=nodes, estimates=estimates)
 
 
+def decide(recorder: RecordingPolicy, snap: Snapshot) -> None:
+    """One round as the scheduler runs it for the benchmark: the decision, then its predictions recorded."""
+    recorder.observe(snap, recorder.decide(snap))
+
+
 def line(job_id: str, queued: float, started: float | None, copies: tuple[str, ...] = ()) -> JobTimeline:
     return JobTimeline(job_id, 1, queued, started, None, JobState.RUNNING, copies=copies)
 
@@ -52,11 +57,11 @@ def test_first_and_half_wait_predictions_are_measured_against_the_actual_wait():
     job = JobSpec("a", "resnet50")
     nodes = (state("n1", 2),)
     policy.starts = {"a": 100.0}
-    recorder.decide(snapshot(0.0, (job,), 50.0, nodes))
+    decide(recorder, snapshot(0.0, (job,), 50.0, nodes))
     policy.starts = {"a": 150.0}  # said at t=60, before half of the 200 s wait
-    recorder.decide(snapshot(60.0, (job,), 50.0, nodes))
+    decide(recorder, snapshot(60.0, (job,), 50.0, nodes))
     policy.starts = {"a": 190.0}  # said at t=150, after half the wait: not the half-wait prediction
-    recorder.decide(snapshot(150.0, (job,), 50.0, nodes))
+    decide(recorder, snapshot(150.0, (job,), 50.0, nodes))
     errors = start_errors(recorder, [line("a", 0.0, 200.0)])
     assert errors.jobs == 1
     assert errors.median == pytest.approx(0.5)  # |100 - 200| / 200
@@ -69,7 +74,7 @@ def test_a_prediction_repeated_unchanged_is_kept_once_with_when_it_was_first_sai
     job = JobSpec("a", "resnet50")
     policy.starts = {"a": 100.0}
     for now in (0.0, 10.0, 20.0):
-        recorder.decide(snapshot(now, (job,), 50.0, (state("n1", 1),)))
+        decide(recorder, snapshot(now, (job,), 50.0, (state("n1", 1),)))
     assert recorder.predictions["a"] == [(0.0, 100.0)]
 
 
@@ -78,11 +83,11 @@ def test_naive_estimate_is_queue_position_times_mean_runtime_over_usable_cards()
     jobs = tuple(JobSpec(f"j{i}", "resnet50") for i in range(3))
     # 4 training cards usable; the inference node's 4 cards are not a training job's
     nodes = (state("n1", 4), state("n2", 4, usage="inference"))
-    recorder.decide(snapshot(10.0, jobs, 100.0, nodes))
+    decide(recorder, snapshot(10.0, jobs, 100.0, nodes))
     assert recorder.naive["j0"] == pytest.approx(10.0)
     assert recorder.naive["j2"] == pytest.approx(10.0 + 2 * 100.0 / 4)
     late = JobSpec("j3", "resnet50")  # arrives later: only the new job is estimated
-    recorder.decide(snapshot(20.0, (*jobs[1:], late), 100.0, nodes))
+    decide(recorder, snapshot(20.0, (*jobs[1:], late), 100.0, nodes))
     assert recorder.naive["j3"] == pytest.approx(20.0 + 2 * 100.0 / 4)
     assert recorder.naive["j0"] == pytest.approx(10.0)
 
@@ -90,7 +95,7 @@ def test_naive_estimate_is_queue_position_times_mean_runtime_over_usable_cards()
 def test_naive_position_counts_jobs_of_at_least_the_same_priority():
     recorder = RecordingPolicy(Scripted())
     jobs = (JobSpec("low", "resnet50"), JobSpec("high", "resnet50", priority=5))
-    recorder.decide(snapshot(0.0, jobs, 100.0, (state("n1", 1),)))
+    decide(recorder, snapshot(0.0, jobs, 100.0, (state("n1", 1),)))
     assert recorder.naive["high"] == pytest.approx(0.0)
     assert recorder.naive["low"] == pytest.approx(100.0)
 

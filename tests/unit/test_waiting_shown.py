@@ -36,10 +36,10 @@ def test_cpn_job_prints_the_waiting_reason_and_predicted_start(tmp_path, capsys)
 
 def test_the_api_returns_the_waiting_reason_placement_and_predicted_start(tmp_path):
     store = stored(tmp_path / "jobs.db")
-    app = create_app(store, security=ApiSecurity.no_auth(allowed_hosts={"testserver"}))
+    app = create_app(store, security=ApiSecurity.no_auth(allowed_hosts={"testserver"}), clock="simulated")
     with TestClient(app) as client:
         wide = client.get("/jobs/team/wide").json()
         ok = client.get("/jobs/team/ok").json()
     assert wide["waiting"] == {"code": "gang", "detail": "needs 8 cards on one node; at most 4 free"}
-    assert wide["predicted_start"] == 3600.0 and wide["gpus"] == 0
+    assert (wide["clock"], wide["predicted_start_at"], wide["gpus"]) == ("simulated", 3600.0, 0)
     assert ok["waiting"] is None and ok["placement"] == [{"node": "n1", "gpus": 1}] and ok["gpus"] == 1

@@ -7,7 +7,13 @@ kubeconfig context; see docs/kubernetes.md.
 
 from cpn.adapters.kubernetes.api import ApiError, RetryPolicy
 from cpn.adapters.kubernetes.binding import BindError, KubernetesBinder
-from cpn.adapters.kubernetes.gateway import ApiRefusal, KubernetesGateway, api_client_for, gateway_for
+from cpn.adapters.kubernetes.gateway import (
+    ApiRefusal,
+    KubernetesGateway,
+    api_client_at,
+    api_client_for,
+    gateway_for,
+)
 from cpn.adapters.kubernetes.validation import InvalidManifest, validate_object
 
 __all__ = [
@@ -18,6 +24,7 @@ __all__ = [
     "KubernetesBinder",
     "KubernetesGateway",
     "RetryPolicy",
+    "api_client_at",
     "api_client_for",
     "gateway_for",
     "validate_object",

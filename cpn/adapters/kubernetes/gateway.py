@@ -41,7 +41,7 @@ from typing import Any
 from kubernetes import client, config
 
 from config.settings import Cluster
-from cpn.adapters.gateway import DELETED_REASON, JobEvent, SubmitRejected
+from cpn.adapters.gateway import DELETED_REASON, JobEvent, NoLog, SubmitRejected
 from cpn.admission import Admitted, Refused, admit
 from cpn.clock import Clock, WallClock
 from cpn.decisions import Placement
@@ -300,10 +300,13 @@ class KubernetesGateway:
                     raise
         with self._lock:
             self._claims.pop(job_id, None)
-            if _ORDER[self._seen.get(job_id, "submitted")] < _ORDER["succeeded"]:
+            # Its objects leave the view now (their cards count free; the watch's DELETED events follow).
+            for coll, keys in list(self._by_job.get(job_id, {}).items()):
+                for key in list(keys):
+                    self._put(coll, self._cache[coll][key], deleted=True)
+            self._ended.discard(job_id)
+            if _ORDER[self._seen.pop(job_id, "submitted")] < _ORDER["succeeded"]:
                 phase = "succeeded" if service else "failed"
-                if job_id in self._by_job:  # its objects' deletion, when watched, ends the record
-                    self._seen[job_id] = phase
                 self._events.append(JobEvent(job_id, phase, self.clock.now(), DELETED_REASON))
 
     # -- events ----------------------------------------------------------------------------------------
@@ -368,6 +371,24 @@ class KubernetesGateway:
         by `log_lines` and `log_bytes`; '' for a job not among the LOG_TAILS_KEPT that ended last."""
         with self._lock:
             return self._logs.get(job_id, "")
+
+    def logs(self, job_id: str, tail_lines: int) -> str:
+        """The last `tail_lines` lines of the log of the job's pod (its failed one, else the first by name),
+        read from the API server now; NoLog when the cluster holds no pod of the job or cannot give its
+        log."""
+        with self._lock:
+            pods = self._objects(job_id, "pods")
+        if not pods:
+            raise NoLog(f"cluster {self.cluster} holds no pod of {job_id}")
+        pod = next((p for p in pods if p.get("status", {}).get("phase") == "Failed"), pods[0])
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        try:
+            text = self.api.call(
+                self.api.core.read_namespaced_pod_log, name, ns, tail_lines=tail_lines, raw=True
+            )
+        except ApiError as exc:
+            raise NoLog(f"pod {ns}/{name} (cluster {self.cluster}): log not readable: {exc}") from None
+        return text.rstrip("\n")
 
     def _on_list(self, collection: str, items: list[dict]) -> None:
         with self._lock:
@@ -570,6 +591,11 @@ def _claim(job: JobSpec, admitted: Admitted, states: Mapping[tuple[str, str], No
         used = {c.index for c in state.shared}
         card = min(i for i in range(state.node.gpu_count) if i not in used)
     return Claim(job.job_id, held, (card, job.gpu_share or 1.0))
+
+
+def api_client_at(url: str) -> client.ApiClient:
+    """An ApiClient for the API server at `url`, with no credentials (the fake API server)."""
+    return client.ApiClient(client.Configuration(host=url))
 
 
 def api_client_for(kubeconfig: str | Path | None, context: str | None) -> client.ApiClient:
