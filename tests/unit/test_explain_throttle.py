@@ -33,7 +33,9 @@ def scheduler(explain_every_s: float) -> Scheduler:
     clock = SimClock()
     store = JobStore(":memory:", clock=clock)
     store.submit([JobSpec(job_id="ns/a", model="m"), JobSpec(job_id="ns/b", model="m")])
-    return Scheduler(store, Busy(), make_policy("fifo"), clock, explain_every_s=explain_every_s)
+    # The forward look (on by default) predicts starts every round; the throttle is about explaining.
+    policy = make_policy("fifo")
+    return Scheduler(store, Busy(), policy, clock, explain_every_s=explain_every_s, forecast=False)
 
 
 def test_every_round_explains_by_default():
