@@ -283,7 +283,6 @@ def run_train(args: argparse.Namespace) -> int:
             rows,
             catalog,
             tracking_uri=args.tracking_uri,
-            completions_until=max((r.finished_at for r in runs), default=None),
             data_source=Path(data).name,
             estimators=names,
             experiment=args.experiment,

@@ -56,7 +56,6 @@ def _train(
         table,
         BenchmarkCatalog.load(benchmarks),
         tracking_uri=tracking_uri,
-        completions_until=max((r.finished_at for r in runs), default=None),
         estimators=SERVICE_ESTIMATORS,
         splits=(),
         session=session,

@@ -62,20 +62,20 @@ def retrain(
     table: ThroughputTable | Sequence[ThroughputRow],
     catalog: BenchmarkCatalog,
     tracking_uri: str = DEFAULT_TRACKING_URI,
-    completions_until: float | None = None,
     data_source: str = "table",
     **options: Any,
 ) -> list[RunResult]:
     """Train on `table` plus the completed `runs`, log and register each estimator, apply the champion rule.
 
-    `completions_until` (the latest completion time among the runs, job store clock) is
-    recorded on the MLflow runs, so that the next retraining can count the completions that came after.
+    The latest completion time among the runs (job store clock) is recorded on the MLflow runs
+    (`COMPLETIONS_UNTIL_TAG`), so that the next retraining can count the completions that came after.
     `options` go to models.registry.train_and_register (estimators, params, experiment, ...).
     """
     rows = training_rows(table) + [training_row(r) for r in runs]
     memory = [s for s in (memory_sample(r) for r in runs) if s is not None]
     source = f"{data_source} + {len(runs)} completed jobs"
-    tags = {} if completions_until is None else {COMPLETIONS_UNTIL_TAG: repr(float(completions_until))}
+    until = max((r.finished_at for r in runs), default=None)
+    tags = {} if until is None else {COMPLETIONS_UNTIL_TAG: repr(float(until))}
     return train_and_register(
         rows,
         catalog,

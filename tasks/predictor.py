@@ -93,7 +93,6 @@ def retrain_predictor(
             table,
             BenchmarkCatalog.load(benchmarks),
             tracking_uri=tracking_uri,
-            completions_until=max((r.finished_at for r in runs), default=None),
             estimators=estimators,
             **options,
         )

@@ -9,20 +9,12 @@ from fastapi.testclient import TestClient
 
 from cpn.api import create_app
 from cpn.auth import ApiSecurity
-from cpn.clock import SimClock
 from cpn.jobs import JobState
-from cpn.store import JobStore
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "manifests"
 BAD = REPO / "tests" / "data" / "bad_manifests"
 YAML = {"content-type": "application/yaml"}
-
-
-@pytest.fixture
-def store(tmp_path):
-    with JobStore(tmp_path / "jobs.db", SimClock(42.0)) as s:
-        yield s
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 
 import pytest
 import yaml
@@ -13,13 +12,11 @@ from fastapi.testclient import TestClient
 
 from cpn.api import REDACTED, create_app
 from cpn.auth import ApiSecurity, Authenticator, TokenFileError, create_token, load_tokens, revoke_token
-from cpn.clock import SimClock
 from cpn.intake import parse_manifests
 from cpn.jobs import JobState
-from cpn.store import JobStore
+from tests.unit.conftest import HOSTS
 
 REQUIRED = {"model_name": "ResNet-50", "data_size": "20", "epoch": "10"}
-HOSTS = frozenset({"testserver", "127.0.0.1", "localhost"})
 
 
 def manifest(name: str, namespace: str = "team-a", env: list | None = None) -> str:
@@ -37,26 +34,6 @@ def manifest(name: str, namespace: str = "team-a", env: list | None = None) -> s
 
 
 YAML = {"content-type": "application/yaml"}
-
-
-@pytest.fixture
-def store(tmp_path):
-    with JobStore(tmp_path / "jobs.db", SimClock(42.0)) as s:
-        yield s
-
-
-@pytest.fixture
-def tokens(tmp_path) -> tuple[Path, str, str]:
-    """A tokens file with a team-a token and a team-b token."""
-    path = tmp_path / "tokens.yaml"
-    return path, create_token(path, "alice", ["team-a"]), create_token(path, "bob", ["team-b"])
-
-
-@pytest.fixture
-def client(store, tokens):
-    security = ApiSecurity(Authenticator(tokens[0]), allowed_hosts=HOSTS, max_body_bytes=64_000)
-    with TestClient(create_app(store, security=security), raise_server_exceptions=False) as c:
-        yield c
 
 
 def bearer(token: str, **extra: str) -> dict[str, str]:

@@ -4,37 +4,11 @@ cancel is the gateway contract's (tests/contract/test_cancel_contract.py)."""
 
 from __future__ import annotations
 
-import pytest
-from fastapi.testclient import TestClient
-
 from cli import main
-from cpn.api import create_app
-from cpn.auth import ApiSecurity, Authenticator, create_token
-from cpn.clock import SimClock
 from cpn.intake import parse_manifests
 from cpn.jobs import JobState
 from cpn.store import JobStore
-from tests.unit.test_api_security import HOSTS, bearer, manifest
-
-
-@pytest.fixture
-def store(tmp_path):
-    with JobStore(tmp_path / "jobs.db", SimClock(42.0)) as s:
-        yield s
-
-
-@pytest.fixture
-def tokens(tmp_path):
-    """A tokens file, a team-a token (alice) and a team-b token (bob)."""
-    path = tmp_path / "tokens.yaml"
-    return path, create_token(path, "alice", ["team-a"]), create_token(path, "bob", ["team-b"])
-
-
-@pytest.fixture
-def client(store, tokens):
-    security = ApiSecurity(Authenticator(tokens[0]), allowed_hosts=HOSTS, max_body_bytes=64_000)
-    with TestClient(create_app(store, security=security), raise_server_exceptions=False) as c:
-        yield c
+from tests.unit.test_api_security import bearer, manifest
 
 
 def test_cancel_answers_by_state_and_is_idempotent(client, store, tokens):
