@@ -60,17 +60,25 @@ def states(port: int) -> dict[str, str]:
             return out
 
 
-def test_cpn_run_takes_50_jobs_survives_kill_9_and_finishes_them_all(tmp_path):
-    home, port, log = tmp_path / "home", free_port(), tmp_path / "run.log"
-    manifests = tmp_path / "queue.yaml"
+def submit_generated(port: int, folder: Path, jobs: int, seed: int) -> set[str]:
+    """POST a generated queue (`cpn generate --jobs JOBS --seed SEED`) to `cpn run` on `port`; returns the
+    ids it accepted."""
+    manifests = folder / f"queue-{seed}.yaml"
     subprocess.run(
-        # Seed 2's queue takes 11.6 simulated hours under greedy (about 70 s at 600x), so 3 minutes of
-        # wall time leave room for two start-ups; seed 3's takes 26.3 h, which 600x cannot fit in 3 minutes.
-        [sys.executable, "-m", "cli", "generate", "--jobs", "50", "--seed", "2", "--out", str(manifests)],
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "generate",
+            "--jobs",
+            str(jobs),
+            "--seed",
+            str(seed),
+            "--out",
+            str(manifests),
+        ],
         check=True,
     )
-    started = time.monotonic()
-    proc = start(home, port, log)
     reply = httpx.post(
         f"http://127.0.0.1:{port}/jobs",
         content=manifests.read_bytes(),
@@ -78,7 +86,16 @@ def test_cpn_run_takes_50_jobs_survives_kill_9_and_finishes_them_all(tmp_path):
         timeout=30,
     )
     assert reply.status_code == 201, reply.text
-    accepted = {j["job_id"] for j in reply.json()["jobs"]}
+    return {j["job_id"] for j in reply.json()["jobs"]}
+
+
+def test_cpn_run_takes_50_jobs_survives_kill_9_and_finishes_them_all(tmp_path):
+    home, port, log = tmp_path / "home", free_port(), tmp_path / "run.log"
+    started = time.monotonic()
+    proc = start(home, port, log)
+    # Seed 2's queue takes 11.6 simulated hours under greedy (about 70 s at 600x), so 3 minutes of wall
+    # time leave room for two start-ups; seed 3's takes 26.3 h, which 600x cannot fit in 3 minutes.
+    accepted = submit_generated(port, tmp_path, jobs=50, seed=2)
     assert len(accepted) == 50
     while not any(s == "running" for s in states(port).values()):
         time.sleep(0.2)

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from cpn.store import JobStore, StoreLeased
 from flows.schedule import schedule_round
-from tests.e2e.test_cpn_run import free_port, start, states
+from tests.e2e.test_cpn_run import free_port, start, states, submit_generated
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -65,21 +62,10 @@ def test_a_dry_run_beside_cpn_run_writes_nothing_and_a_real_run_is_refused(
     home, port, log = tmp_path / "home", free_port(), tmp_path / "run.log"
     monkeypatch.setenv("CPN_HOME", str(home))
     monkeypatch.delenv("CPN_STORE", raising=False)
-    manifests = tmp_path / "queue.yaml"
-    subprocess.run(
-        [sys.executable, "-m", "cli", "generate", "--jobs", "50", "--seed", "2", "--out", str(manifests)],
-        check=True,
-    )
     options = ("--time-scale", "0.01", "--interval", "300", "--estimates", "oracle")
     proc = start(home, port, log, options)
     try:
-        reply = httpx.post(
-            f"http://127.0.0.1:{port}/jobs",
-            content=manifests.read_bytes(),
-            headers={"content-type": "application/yaml"},
-            timeout=30,
-        )
-        assert reply.status_code == 201, reply.text
+        submit_generated(port, tmp_path, jobs=50, seed=2)
         seen = settled(home, port, log)
         assert {"submitted", "migrating", "queued"} <= set(seen.values()), seen
 

@@ -4,8 +4,6 @@ lists and the cards per cluster that the jobs on them and the clusters' nodes ac
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -14,7 +12,7 @@ import httpx
 import pytest
 
 from config.settings import DEMO_DIR, load_profile
-from tests.e2e.test_cpn_run import start
+from tests.e2e.test_cpn_run import start, submit_generated
 from tests.integration.servers import free_port, prometheus, stop
 
 pytestmark = [pytest.mark.integration, pytest.mark.prometheus]
@@ -44,18 +42,7 @@ def test_promql_over_scraped_series_matches_the_api_and_the_inventory(tmp_path: 
     # Real time (scale 1): the demo's jobs run for simulated hours, so the queue holds still while compared.
     proc = start(tmp_path / "home", port, tmp_path / "cpn.log", ("--estimates", "oracle", "--interval", "1"))
     try:
-        queue = tmp_path / "queue.yaml"
-        subprocess.run(
-            [sys.executable, "-m", "cli", "generate", "--jobs", "40", "--seed", "3", "--out", str(queue)],
-            check=True,
-        )
-        posted = httpx.post(
-            f"http://127.0.0.1:{port}/jobs",
-            content=queue.read_bytes(),
-            headers={"content-type": "application/yaml"},
-            timeout=30,
-        )
-        assert posted.status_code == 201, posted.text
+        submit_generated(port, tmp_path, jobs=40, seed=3)
         scrape = [{"job_name": "cpn", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]
         with prometheus(tmp_path, scrape) as url:
             totals = Counter()
