@@ -18,6 +18,9 @@ COMMAND_MODULES = (
     "cli.migrate",
     "cli.plan",
     "cli.up",
+    "cli.store",
+    "cli.teams",
+    "cli.benchmark",
 )
 """Modules that add sub-commands; each adds its sub-commands."""
 

@@ -65,6 +65,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "objective=makespan, solver=cbc, time_limit_s=2, reservation=false, window=200 (milp; all in "
         "docs/optimiser.md), or cpu_threshold=0.8 (the scheduler's node CPU cap, default 0.7)",
     )
+    p.add_argument(
+        "--teams",
+        help="teams file (format: docs/teams.md): the policies share the cards among teams by it, and each "
+        "run reports the teams' shares, waits and fairness error",
+    )
     p.add_argument("--json", help="write the figures as JSON here")
     p.add_argument("--plots", help="write JCT CDF, utilisation and per-cluster Gantt PNGs to this folder")
     p.set_defaults(func=run_policies)
@@ -172,6 +177,7 @@ def run_policies(args: argparse.Namespace) -> int:
             estimator_for=_estimator_for(args),
             limit=args.limit,
             overrides=parse_overrides(args.set),
+            teams_path=args.teams,
         )
     except (ConfigError, ThroughputFormatError, TraceFormatError, ValueError, FileNotFoundError) as exc:
         print(f"cpn bench policies: {exc}", file=sys.stderr)

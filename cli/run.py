@@ -9,7 +9,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from types import FrameType
 
 from cli.intake import add_security_arguments, security_from_args

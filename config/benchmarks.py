@@ -15,6 +15,7 @@ not comparable, and a file mixing methods is refused.
 from __future__ import annotations
 
 import re
+from datetime import date
 from pathlib import Path
 from typing import Annotated
 
@@ -36,6 +37,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ProxyRun(_Strict):
+    """The throughput-table configuration a workload's score is derived from: score = its one-GPU steps/s
+    x `per_step`. The simulated clusters' benchmark jobs measure it on their ground truth
+    (cpn.sim.gateway), so a GPU type the simulator knows gets scores of the file's method."""
+
+    model: str = Field(min_length=1, description="Model as the throughput table names it, e.g. ResNet-50.")
+    batch_size: int | None = Field(None, gt=0, description="Its batch size; omit for fixed-batch models.")
+    per_step: PositiveFloat = Field(1.0, description="Score per step/s, e.g. 64 images per step.")
+
+
 class Workload(_Strict):
     """One reference workload and how its score is measured.
 
@@ -52,6 +63,9 @@ class Workload(_Strict):
     description: str = Field("", description="What is run, at which batch size and precision.")
     proxy: str | None = Field(
         None, description="The measured configuration that stands in for the workload, when it was not run."
+    )
+    measured_as: ProxyRun | None = Field(
+        None, description="That configuration as data, for simulated benchmark jobs; None = not derived."
     )
 
 
@@ -80,6 +94,10 @@ class NodeEntry(_Strict):
 
     gpu: GpuKey = Field(description="The node's GPU product, spelled as a key of `gpus`.")
     scores: dict[str, PositiveFloat] = Field(description="Workload name -> score measured on this node.")
+    driver: str | None = Field(
+        None, description="The node's NVIDIA driver version when measured (GFD label); None = not labelled."
+    )
+    measured: date | None = Field(None, description="The day the benchmark job measured it.")
 
 
 class BenchmarksConfig(_Strict):

@@ -38,7 +38,7 @@ from cpn.sim.driver import SimDriver, Timeline
 from cpn.sim.gateway import GroundTruth, SimulatedGateway
 from cpn.sim.journal import JournaledGateway, SubmissionJournal
 from cpn.sim.migrator import SimulatedMigrator
-from cpn.store import JobStore
+from cpn.store import JobStore, store_file
 from cpn.transfer import TransferTimes
 
 REPLAY_EXPLAIN_EVERY_S = 1.0
@@ -151,8 +151,9 @@ def build_service(
     node states by measured load (default, live: the Prometheus of every cluster that names one). A
     live service whose clusters all name a registry copies images with skopeo; otherwise copies are
     simulated. With `time_scale`, a file beside the store keeps
-    the simulated timeline and another journals the simulated clusters' submissions (not for a
-    `:memory:` store, which a restart cannot resume anyway); `wall` is the wall clock they follow.
+    the simulated timeline and another journals the simulated clusters' submissions (only beside a
+    store file: not for `:memory:`, which a restart cannot resume anyway, nor for a database server's
+    store, whose simulated clusters start afresh with each run); `wall` is the wall clock they follow.
 
     A live service takes the store's scheduler lease (cpn.engine.lease; `purpose` names it, renewed
     within `lease_ttl_s`) before it writes anything, so a second scheduler on the store is refused
@@ -163,7 +164,8 @@ def build_service(
     if real and time_scale not in (None, 1):
         raise ValueError(f"clusters {', '.join(real)} are real: they run on the wall clock, use time scale 1")
     live = time_scale is not None
-    durable = str(store_path) != ":memory:"
+    beside = store_file(store_path)  # the simulated clusters' files go beside a store file
+    durable = beside is not None
     sim_clock = SimClock()
     clock: Clock = WallClock() if real and live else sim_clock
     store = JobStore(store_path, clock=clock, read_only=read_only)
@@ -182,7 +184,7 @@ def build_service(
         simulator = SimulatedGateway(nodes, ground_truth(table), sim_clock, keep_executions=not live)
         sim_gateway: ClusterGateway = simulator
         if live and durable:
-            journal = JournaledGateway(simulator, SubmissionJournal(f"{store_path}.sim-journal"))
+            journal = JournaledGateway(simulator, SubmissionJournal(f"{beside}.sim-journal"))
             sim_gateway = journal
         gateways.update(dict.fromkeys(simulated, sim_gateway))
     for name in real:
@@ -198,7 +200,7 @@ def build_service(
             timeline = Timeline(now, now, 1.0)
         elif durable:
             timeline = Timeline.resume(
-                Path(f"{store_path}.sim-time"), float(time_scale), now, save=not read_only
+                Path(f"{beside}.sim-time"), float(time_scale), now, save=not read_only
             )
         else:
             timeline = Timeline(now, 0.0, float(time_scale))
@@ -248,3 +250,47 @@ def build_simulation(
     return build_service(
         clusters, store_path, policy, table, estimator=estimator, cpu_threshold=cpu_threshold
     )
+
+
+@dataclass
+class BenchmarkClusters:
+    """The clusters of a config as the benchmark loop (cpn.benchmarking) drives them: a gateway of its own
+    (its events are the loop's), the clock it follows, and how to wait between looks."""
+
+    gateway: ClusterSet
+    clock: Clock
+    wait: Callable[[float], None]
+
+    def close(self) -> None:
+        """Stop the real clusters' watches."""
+        self.gateway.close()
+
+
+def build_benchmark_clusters(clusters: ClustersConfig, table: ThroughputTable) -> BenchmarkClusters:
+    """A gateway per cluster, as `build_service` makes them (simulated ones over `table`'s truth). Only
+    simulated clusters: simulated time, which waiting moves on; with a real one: the wall clock, waiting
+    sleeps and the simulated clusters follow."""
+    sim_clock = SimClock()
+    simulated = [c.name for c in clusters.clusters if not c.kube_context]
+    gateways: dict[str, ClusterGateway] = {}
+    sim = None
+    if simulated:
+        nodes = tuple(n for n in nodes_from_config(clusters) if n.cluster in simulated)
+        sim = SimulatedGateway(nodes, ground_truth(table), sim_clock, keep_executions=False)
+        gateways.update(dict.fromkeys(simulated, sim))
+    for cluster in clusters.clusters:
+        if cluster.kube_context:
+            gateways[cluster.name] = _real_gateway(clusters, cluster.name)
+    gateway = ClusterSet({c.name: gateways[c.name] for c in clusters.clusters})
+    if sim is not None and len(simulated) == len(clusters.clusters):
+        return BenchmarkClusters(gateway, sim_clock, lambda s: sim.advance(sim_clock.now() + s))
+    wall = WallClock()
+
+    def wait(seconds: float) -> None:
+        time.sleep(seconds)
+        if sim is not None:
+            sim.advance(wall.now())
+
+    if sim is not None:
+        sim_clock.advance_to(wall.now())
+    return BenchmarkClusters(gateway, wall, wait)

@@ -79,6 +79,38 @@ class Snapshot:
     since the previous snapshot (the scheduler's); None = every pending job (a snapshot on its own, or
     after the nodes changed). A policy rejects those no placement could ever satisfy at once
     (cpn.policies.placement.Capacity.vet), and need not ask about the others again."""
+    teams: Teams | None = None
+    """Teams, their quotas and weights (cpn.policies.teams orders and limits by them, counting each team's
+    use from `running`); None = no teams: one queue, as before teams existed."""
+
+
+@dataclass(frozen=True)
+class Team:
+    """One team as a policy sees it (config.teams): weight, quota and borrowing limit."""
+
+    name: str
+    weight: float = 1.0
+    quota: tuple[tuple[str, int], ...] = ()
+    """(GPU product label, canonical GPU type or pool, cards) it is entitled to; empty = by weight alone."""
+    borrowing_limit: int | None = None
+    """Most cards beyond its quota; 0 = a hard limit; None = no limit."""
+
+
+@dataclass(frozen=True)
+class Teams:
+    """Who shares the clusters: each namespace's team; a namespace in none is the `default` team's."""
+
+    teams: tuple[Team, ...]
+    """Every team, the default one included."""
+    namespaces: Mapping[str, str] = field(default_factory=_frozen_empty)
+    """namespace -> team name."""
+    default: str = "default"
+    """The team of namespaces no team names (config.teams.DEFAULT_TEAM)."""
+
+    def team_of(self, job_id: str) -> str:
+        """The team of a job by its id's namespace (`ns/name`; an id with no namespace is the default's)."""
+        ns, slash, _ = job_id.partition("/")
+        return self.namespaces.get(ns, self.default) if slash else self.default
 
 
 def shape_of(job: JobSpec) -> tuple:
@@ -133,6 +165,7 @@ WaitCode = Literal[
     "migrating",
     "queue-order",
     "refused",
+    "over-quota",
 ]
 """Why a job waits, one code per job and round:
 
@@ -146,7 +179,9 @@ WaitCode = Literal[
 - `migrating`: its image and data are being copied to the chosen cluster;
 - `queue-order`: it could start, but the policy starts other jobs first (e.g. FIFO's head of line);
 - `refused`: the policy placed it, but the cluster refused the submission for now (the detail says why);
-  it is planned again next round.
+  it is planned again next round;
+- `over-quota`: its team is at its quota (cpn.policies.teams) and may borrow no more cards (a hard limit,
+  or its borrowing limit reached).
 """
 
 

@@ -87,6 +87,9 @@ class JobSpec:
     duration_s: float | None = None
     """How long a service (an inference job) runs before it is deleted, as a trace gives it (the simulator
     deletes it then); None = until someone deletes it. Training jobs end by themselves and have none."""
+    checkpoint_interval_s: float | None = None
+    """How often the job checkpoints (seconds; a trace's `checkpoint_interval_s` column); None = it does not
+    say. Read by preemption (issue #21): a job that never checkpoints loses all its work when stopped."""
     manifest: str = field(default="", compare=False, repr=False)
     """The Kubernetes documents the job was accepted from (YAML): the workload, then the objects submitted
     with it (the Service of a Deployment); submitted unchanged but for placement."""

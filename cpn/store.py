@@ -1,9 +1,12 @@
 """The durable job store: every accepted job, its current state, and every transition it made.
 
-One SQLite file in WAL mode, so that the HTTP intake, a scheduler and the CLI can
-use it at once from separate processes (readers never block the one writer).
-Every write is one transaction; times come from the injected Clock, so the
-simulator records simulated time and tests record a fake one.
+One database, SQLite or PostgreSQL, through SQLAlchemy Core: a SQLite file (WAL mode, so that the HTTP
+intake, a scheduler and the CLI can use it at once from separate processes, readers never blocking the
+one writer) is the embedded default; a PostgreSQL database (`postgresql://...`) serves several machines.
+The schema is kept by Alembic migrations (cpn.migrations), run whenever a store opens. Every write is one
+transaction and writes are serialised, so every read-check-write (a transition, a submission, taking the
+lease) is atomic on both databases; times come from the injected Clock, so the simulator records
+simulated time and tests record a fake one.
 
 Reports read `transitions_all()` once: a job's completion time (JCT) is its
 `succeeded` time minus the time it entered `queued` first, its wait the first
@@ -14,6 +17,7 @@ queued time.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -21,96 +25,180 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Literal, get_args, get_type_hints
+from typing import Any, Literal, get_args, get_type_hints
 
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    StaticPool,
+    bindparam,
+    case,
+    column,
+    create_engine,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    table,
+    update,
+)
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+
+from cpn import migrations
 from cpn.clock import Clock, WallClock
 from cpn.decisions import Waiting
 from cpn.jobs import FINISHED, ON_CLUSTER, Cause, IllegalTransition, JobSpec, JobState, check_transition
 
-SCHEMA_VERSION = 6
-"""Stored in SQLite's `user_version`; a store written by a newer schema is refused, an older one upgraded."""
+log = logging.getLogger(__name__)
 
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS jobs (
-        seq          INTEGER PRIMARY KEY,  -- acceptance order
-        job_id       TEXT NOT NULL UNIQUE,
-        spec         TEXT NOT NULL,        -- canonical JSON of the JobSpec, manifest included
-        state        TEXT NOT NULL,
-        cluster      TEXT,
-        node         TEXT,
-        location     TEXT,                 -- cluster holding the job's image and data now
-        submitted_at REAL NOT NULL,
-        updated_at   REAL NOT NULL,
-        placement    TEXT,                 -- JSON [[node, cards], ...] of the gang while placed
-        wait_code    TEXT,                 -- why it waits (cpn.decisions.WaitCode), latest round
-        wait_detail  TEXT,
-        predicted_start       REAL,        -- when the latest plan starts it
-        first_predicted_start REAL,        -- the first start any plan gave it
-        image        TEXT,                 -- the image to run, pinned by digest once migrated
-        needs_more_than_gb REAL            -- GPU memory per card it was OOM-killed with
-    )""",
-    "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq)",
-    """CREATE TABLE IF NOT EXISTS transitions (
-        seq        INTEGER PRIMARY KEY,
-        job_id     TEXT NOT NULL REFERENCES jobs (job_id),
-        from_state TEXT,                   -- NULL: the job entered the store
-        to_state   TEXT NOT NULL,
-        time       REAL NOT NULL,
-        reason     TEXT NOT NULL,
-        cluster    TEXT,
-        node       TEXT,
-        gpu_mem_gb REAL,                   -- peak GPU memory per card the cluster measured, if any
-        log_tail   TEXT NOT NULL DEFAULT '', -- a failed run's last pod log lines, as the gateway bounds them
-        cause      TEXT NOT NULL DEFAULT '' -- cpn.jobs.Cause: what the transition counts as (retries)
-    )""",
-    "CREATE INDEX IF NOT EXISTS transitions_by_job ON transitions (job_id, seq)",
-    """CREATE TABLE IF NOT EXISTS scheduler_lease (
-        id         INTEGER PRIMARY KEY CHECK (id = 1),  -- one row: the store has one scheduler at a time
-        holder     TEXT NOT NULL,          -- hostname:pid:purpose of the process that holds it
-        term       INTEGER NOT NULL,       -- +1 whenever another holder takes it over
-        expires_at REAL NOT NULL           -- wall-clock (Unix) time; a released lease has 0
-    )""",
-    # Cancels asked for jobs on a cluster, carried out by the scheduler's next round (Scheduler.cancel).
-    """CREATE TABLE IF NOT EXISTS cancel_requests (
-        job_id       TEXT PRIMARY KEY REFERENCES jobs (job_id),
-        requested_by TEXT NOT NULL,        -- the token's name (cpn.auth.Principal.name)
-        requested_at REAL NOT NULL
-    )""",
-)
+SCHEMA_VERSION = 7
+"""SQLite's `user_version` of a store under Alembic: above 6, the last hand-upgraded schema, so a cpn from
+before the migrations refuses the store (it refuses newer versions) instead of writing to it, and a store
+with a lower one was written last by such a cpn. The schema itself is the Alembic revision
+(cpn.migrations.HEAD)."""
 
-_UPGRADES = {
-    1: ("ALTER TABLE transitions ADD COLUMN gpu_mem_gb REAL",),
-    2: tuple(
-        f"ALTER TABLE jobs ADD COLUMN {column}"
-        for column in (
-            "placement TEXT",
-            "wait_code TEXT",
-            "wait_detail TEXT",
-            "predicted_start REAL",
-            "first_predicted_start REAL",
-            "image TEXT",
-            "needs_more_than_gb REAL",
-        )
+JOBS = table(
+    "jobs",
+    *map(
+        column,
+        (
+            "seq",  # acceptance order
+            "job_id",
+            "spec",  # canonical JSON of the JobSpec, manifest included
+            "state",
+            "cluster",
+            "node",
+            "location",  # cluster holding the job's image and data now
+            "submitted_at",
+            "updated_at",
+            "placement",  # JSON [[node, cards], ...] of the gang while placed
+            "wait_code",  # why it waits (cpn.decisions.WaitCode), latest round
+            "wait_detail",
+            "predicted_start",  # when the latest plan starts it
+            "first_predicted_start",  # the first start any plan gave it
+            "image",  # the image to run, pinned by digest once migrated
+            "needs_more_than_gb",  # GPU memory per card it was OOM-killed with
+        ),
     ),
-    3: ("ALTER TABLE transitions ADD COLUMN log_tail TEXT NOT NULL DEFAULT ''",),
-    4: (
-        "ALTER TABLE transitions ADD COLUMN cause TEXT NOT NULL DEFAULT ''",
-        # Transitions recorded before the column existed said their cause in the reason's first words.
-        "UPDATE transitions SET cause = 'oom-killed' WHERE reason LIKE 'OOMKilled%'",
-        "UPDATE transitions SET cause = 'migration-failed' WHERE reason LIKE 'migration failed%'",
-    ),
-    5: (),  # the cancel_requests table, created with the schema
-}
-"""Statements that bring a store of schema version k to k + 1."""
-
-_JOB_COLUMNS = (
-    "spec, state, cluster, node, location, submitted_at, updated_at, placement, "
-    "wait_code, wait_detail, predicted_start, first_predicted_start, image, needs_more_than_gb"
 )
-_TRANSITION_COLUMNS = "job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb, log_tail, cause"
-_INSERT_TRANSITION = f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+"""Every accepted job, one row each (columns and their types: cpn/migrations/versions)."""
+
+TRANSITIONS = table(
+    "transitions",
+    *map(
+        column,
+        (
+            "seq",
+            "job_id",
+            "from_state",
+            "to_state",
+            "time",
+            "reason",
+            "cluster",
+            "node",
+            "gpu_mem_gb",
+            "log_tail",
+            "cause",  # cpn.jobs.Cause: what the transition counts as (retries)
+        ),
+    ),
+)
+"""Every state change of every job, in the order recorded; `from_state` NULL for a job's entry."""
+
+CANCEL_REQUESTS = table("cancel_requests", column("job_id"), column("requested_by"), column("requested_at"))
+"""Cancels asked for jobs on a cluster, one per job, until the scheduler carries them out."""
+
+LEASE = table("scheduler_lease", column("id"), column("holder"), column("term"), column("expires_at"))
+"""The scheduler lease: one row (id 1) once any process took it."""
+
+STORE_META = table("store_meta", column("key"), column("value"))
+"""Facts about the store itself, by key (`COPY_IN_PROGRESS`)."""
+
+COPY_IN_PROGRESS = "copy_in_progress"
+"""STORE_META key present while `cpn store copy` fills the store; its value names the source."""
+
+COPY_SOURCE = select(STORE_META.c.value).where(STORE_META.c.key == COPY_IN_PROGRESS)
+"""The source a store is being copied from: one row while a copy into it is unfinished, else none."""
+
+_JOB_COLUMNS = [c for c in JOBS.c if c.name not in ("seq", "job_id")]
+"""The columns `_record` reads: all but the position (the id is in the spec)."""
+_TRANSITION_COLUMNS = [c for c in TRANSITIONS.c if c.name != "seq"]
 _IN_CHUNK = 500
 """Ids per `IN (...)` query, well under SQLite's limit on bound parameters."""
+
+_SPECS_OF = select(JOBS.c.job_id, JOBS.c.spec).where(JOBS.c.job_id.in_(bindparam("ids", expanding=True)))
+_SPEC_OF = select(JOBS.c.job_id, JOBS.c.spec).where(JOBS.c.job_id == bindparam("job_id"))
+"""One job's spec: a submission of one job (a client posting one at a time) skips expanding an IN list."""
+_JOB = select(*_JOB_COLUMNS).where(JOBS.c.job_id == bindparam("job_id"))
+_PLACED = select(
+    JOBS.c.state,
+    JOBS.c.cluster,
+    JOBS.c.node,
+    JOBS.c.placement,
+    JOBS.c.location,
+    JOBS.c.image,
+    JOBS.c.needs_more_than_gb,
+    JOBS.c.wait_code,
+    JOBS.c.wait_detail,
+).where(JOBS.c.job_id == bindparam("job_id"))
+_MOVE = (
+    update(JOBS)
+    .where(JOBS.c.job_id == bindparam("m_job"))
+    .values(
+        {
+            name: bindparam(f"m_{name}")
+            for name in (
+                "state",
+                "cluster",
+                "node",
+                "location",
+                "image",
+                "needs_more_than_gb",
+                "updated_at",
+                "placement",
+                "wait_code",
+                "wait_detail",
+            )
+        }
+    )
+)
+_INSERT_JOB = insert(JOBS)
+_INSERT_TRANSITION = insert(TRANSITIONS)
+_HISTORY = (
+    select(*_TRANSITION_COLUMNS)
+    .where(TRANSITIONS.c.job_id == bindparam("job_id"))
+    .order_by(TRANSITIONS.c.seq)
+)
+_CHANGES = (
+    select(
+        TRANSITIONS.c.seq,
+        TRANSITIONS.c.job_id,
+        TRANSITIONS.c.to_state,
+        JOBS.c.seq,
+        JOBS.c.location,
+        JOBS.c.image,
+        JOBS.c.needs_more_than_gb,
+        JOBS.c.submitted_at,
+    )
+    .select_from(TRANSITIONS.join(JOBS, TRANSITIONS.c.job_id == JOBS.c.job_id))
+    .where(TRANSITIONS.c.seq > bindparam("after"))
+    .order_by(TRANSITIONS.c.seq)
+)
+_SET_WAITING = (
+    update(JOBS)
+    .where(JOBS.c.job_id == bindparam("w_job"), JOBS.c.state == JobState.QUEUED.value)
+    .values(
+        wait_code=bindparam("w_code"),
+        wait_detail=bindparam("w_detail"),
+        predicted_start=bindparam("w_start"),
+        first_predicted_start=func.coalesce(JOBS.c.first_predicted_start, bindparam("w_start")),
+    )
+)
+_STATE = select(JOBS.c.state).where(JOBS.c.job_id == bindparam("job_id"))
+_REQUESTED = select(CANCEL_REQUESTS.c.job_id).where(CANCEL_REQUESTS.c.job_id == bindparam("job_id"))
+_LEASE_ROW = select(LEASE.c.holder, LEASE.c.term, LEASE.c.expires_at).where(LEASE.c.id == 1)
 
 _FLOAT_FIELDS = frozenset(
     name for name, hint in get_type_hints(JobSpec).items() if hint is float or float in get_args(hint)
@@ -226,7 +314,18 @@ class SubmitOutcome:
 
 
 class StoreError(RuntimeError):
-    """The store file cannot be used (not a cpn store, written by a newer cpn, unreadable)."""
+    """The store cannot be used (not a cpn store, written by a newer cpn, unreadable, unreachable)."""
+
+
+class StoreCopyUnfinished(StoreError):
+    """The store is the destination of a `cpn store copy` that has not finished: its jobs are incomplete."""
+
+    def __init__(self, path: str, source: str) -> None:
+        self.source = source
+        super().__init__(
+            f"{path}: a copy of the job store {source} into this store did not finish, so it lacks jobs; "
+            f"finish it first: cpn store copy {source} {path}"
+        )
 
 
 class StoreLeased(StoreError):
@@ -258,20 +357,22 @@ class StoreUnavailable(StoreError):
     """A read or write failed for a reason outside cpn; nothing of the failed write was kept.
 
     `kind` says which: `disk-full`, `read-only`, `busy` (locked by another process too
-    long), or `io` (any other I/O or database error). The caller may retry later.
+    long), `unreachable` (the database server cannot be reached), or `io` (any other I/O or
+    database error). The caller may retry later.
     """
 
     def __init__(self, path: str, kind: str, detail: str) -> None:
         self.kind = kind
         advice = {
             "disk-full": "free disk space",
-            "read-only": "make the store file and its folder writable",
+            "read-only": "make the store writable",
             "busy": "retry when the other writer is done",
-        }.get(kind, "check the disk and the store file")
+            "unreachable": "check that the database server runs and can be reached",
+        }.get(kind, "check the disk and the store")
         super().__init__(f"{path}: the job store is unavailable ({kind}: {detail}); {advice}")
 
 
-_ERROR_KINDS = {
+_SQLITE_KINDS = {
     "SQLITE_FULL": "disk-full",
     "SQLITE_READONLY": "read-only",
     "SQLITE_BUSY": "busy",
@@ -279,11 +380,248 @@ _ERROR_KINDS = {
 }
 """SQLite's primary error names, mapped to StoreUnavailable kinds (all others are `io`)."""
 
+_POSTGRES_KINDS = {
+    "53100": "disk-full",  # disk_full
+    "25006": "read-only",  # read_only_sql_transaction
+    "55P03": "busy",  # lock_not_available: waited lock_timeout for the write lock
+    "40P01": "busy",  # deadlock_detected
+    "08": "unreachable",  # connection_exception and its subclasses
+    "57P": "unreachable",  # the server is shutting down, or was told to end this connection
+}
+"""PostgreSQL's SQLSTATE codes (or classes, by prefix), mapped to StoreUnavailable kinds."""
 
-def _unavailable(path: str, exc: sqlite3.Error) -> StoreUnavailable:
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    kind = next((k for prefix, k in _ERROR_KINDS.items() if name.startswith(prefix)), "io")
-    return StoreUnavailable(path, kind, str(exc))
+_BUSY_TIMEOUT_S = 30
+"""How long a write waits for another process's write to finish before it fails as `busy`."""
+
+_WRITE_LOCK = 0x63706E_53544F5245  # "cpn" "STORE" in ASCII
+"""PostgreSQL advisory lock key every write transaction takes: writes are serialised as SQLite's are."""
+
+
+def store_file(target: str | Path) -> Path | None:
+    """The SQLite file a store target (a path or a `sqlite:///` URL) names; None: `:memory:` or a server."""
+    text = str(target)
+    if "://" in text and not isinstance(target, Path):
+        url = make_url(text)
+        if url.get_backend_name() != "sqlite":
+            return None
+        text = url.database or ":memory:"
+    return None if text == ":memory:" else Path(text)
+
+
+class StoreDatabase:
+    """One connection to a job store's database, its schema migrated to this cpn's on opening.
+
+    `target` is a SQLite file path, `":memory:"`, or a URL: `sqlite:///FILE` or `postgresql://USER@HOST/DB`
+    (connected with psycopg 3). Safe to share between threads (one connection behind a lock) and between
+    processes: every write transaction (`write()`) first takes the database's one write lock (SQLite's
+    `BEGIN IMMEDIATE`; a transaction-level advisory lock on PostgreSQL), so writers run one at a time and
+    commit in the order they began, while reads (`read()`) never wait for writes. `read_only` opens a
+    store whose schema is current so that the database refuses every write. JobStore and `cpn store copy`
+    use it; everything else uses JobStore.
+    """
+
+    def __init__(self, target: str | Path, *, read_only: bool = False) -> None:
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        url = self._url(target)
+        self.path = str(target) if url is None else make_url(str(target)).render_as_string(hide_password=True)
+        """The store's file or URL as given, any password hidden: for messages."""
+        self.dialect = "sqlite" if url is None else "postgresql"
+        """`sqlite` or `postgresql`."""
+        try:
+            if url is None:
+                self._engine = self._sqlite_engine(str(target) if isinstance(target, Path) else target)
+            else:
+                self._engine = self._postgres_engine(url)
+            self._conn = self._engine.connect()
+        except DBAPIError as exc:
+            raise StoreError(
+                f"{self.path}: cannot open the job store ({exc.orig}); check the path or URL"
+            ) from None
+        try:
+            self._prepare()
+        except DBAPIError as exc:
+            self.close()
+            raise StoreError(
+                f"{self.path}: cannot use as a job store ({exc.orig}); "
+                "point --store or CPN_STORE at another one"
+            ) from None
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _url(target: str | Path) -> URL | None:
+        """The server URL of `target`, None for a SQLite one."""
+        if isinstance(target, Path) or "://" not in target:
+            return None
+        try:
+            url = make_url(target)
+        except (ArgumentError, ValueError):  # not repeated: it may hold a password
+            raise StoreError(
+                "--store/CPN_STORE: cannot read the database URL; write it as "
+                "postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE or sqlite:///FILE"
+            ) from None
+        backend = url.get_backend_name()
+        if backend == "sqlite":
+            return None
+        if backend != "postgresql":
+            raise StoreError(
+                f"--store/CPN_STORE: a {backend} URL cannot hold a job store; give a file path, "
+                "sqlite:///FILE or postgresql://USER@HOST/DATABASE"
+            )
+        return url.set(drivername="postgresql+psycopg")
+
+    def _sqlite_engine(self, target: str) -> Engine:
+        file = store_file(target)
+        if self.read_only and file is None:
+            raise ValueError("read_only needs a store file or server, not ':memory:'")
+        name = ":memory:" if file is None else str(file)
+        if self.read_only:
+            name = f"{file.resolve().as_uri()}?mode=ro"
+        elif file is not None:  # a new store file's folder is made with it
+            file.parent.mkdir(parents=True, exist_ok=True)
+        return create_engine(
+            "sqlite://",
+            creator=lambda: sqlite3.connect(
+                name,
+                timeout=_BUSY_TIMEOUT_S,
+                isolation_level=None,
+                check_same_thread=False,
+                uri=self.read_only,
+            ),
+            poolclass=StaticPool,
+            isolation_level="AUTOCOMMIT",
+        )
+
+    def _postgres_engine(self, url: URL) -> Engine:
+        options = f"-c lock_timeout={_BUSY_TIMEOUT_S * 1000}"
+        if self.read_only:
+            options += " -c default_transaction_read_only=on"
+        return create_engine(
+            url,
+            isolation_level="AUTOCOMMIT",
+            pool_size=1,
+            connect_args={"options": options, "connect_timeout": 10},
+        )
+
+    def _prepare(self) -> None:
+        """WAL mode on SQLite, and the schema brought to this cpn's (a read-only store must be current)."""
+        if self.dialect == "sqlite" and not self.read_only:
+            self._conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+            self._conn.exec_driver_sql("PRAGMA synchronous=NORMAL")
+        revision = self._revision()
+        if revision == migrations.HEAD:
+            return
+        if self.read_only:
+            raise StoreError(
+                f"{self.path}: the job store's schema ({revision or 'none yet'}) is older than this cpn's "
+                f"({migrations.HEAD}) and cannot be upgraded read-only; open it once for writing "
+                "(e.g. `cpn run`)"
+            )
+        with self.write() as conn:
+            if self._revision() is None:  # new, or from before the migrations: run them all
+                migrations.forget(conn)
+            migrations.upgrade(conn)
+            if self.dialect == "sqlite":
+                conn.exec_driver_sql(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        log.info("%s: job store schema %s brought to %s", self.path, revision or "(none)", migrations.HEAD)
+
+    def _revision(self) -> str | None:
+        """The store's Alembic revision: None for a new store and for one a cpn from before the migrations
+        wrote last (SQLite's `user_version` below SCHEMA_VERSION); StoreError if a newer cpn wrote it."""
+        if self.dialect == "sqlite":
+            version = self._conn.exec_driver_sql("PRAGMA user_version").scalar()
+            if version > SCHEMA_VERSION:
+                raise self._newer(str(version))
+            if 0 < version < SCHEMA_VERSION:
+                return None
+        revision = migrations.current(self._conn)
+        if revision is not None and not migrations.known(revision):
+            raise self._newer(revision)
+        return revision
+
+    def _newer(self, version: str) -> StoreError:
+        return StoreError(
+            f"{self.path}: job store schema {version} is newer than this cpn's ({migrations.HEAD}); "
+            "upgrade cpn or use another store"
+        )
+
+    @property
+    def driver_connection(self) -> Any:
+        """The database driver's own connection under this one (sqlite3 or psycopg), for driver-level
+        statements such as SQLite's pragmas."""
+        return self._conn.connection.dbapi_connection
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """One write transaction, holding the database's write lock from the start; rolled back on any error.
+
+        The database's own failures (disk full, read-only, busy, unreachable) become StoreUnavailable.
+        """
+        with self._lock:
+            try:
+                self._conn.exec_driver_sql("BEGIN IMMEDIATE" if self.dialect == "sqlite" else "BEGIN")
+                try:
+                    if self.dialect == "postgresql":
+                        self._conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_WRITE_LOCK})")
+                    yield self._conn
+                    self._conn.exec_driver_sql("COMMIT")
+                except BaseException:
+                    self._rollback()
+                    raise
+            except DBAPIError as exc:
+                raise self._unavailable(exc) from None
+
+    def _rollback(self) -> None:
+        """End a failed write transaction, if the database has not ended it already (SQLite: disk full)."""
+        if self._conn.invalidated:
+            return  # the connection is gone: the server has ended the transaction
+        raw = self.driver_connection
+        open_ = raw.in_transaction if self.dialect == "sqlite" else raw.info.transaction_status.name != "IDLE"
+        if open_:
+            try:
+                self._conn.exec_driver_sql("ROLLBACK")
+            except DBAPIError:
+                pass  # the connection is gone: the server has ended the transaction
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """The connection for queries outside any transaction (each sees every write committed before it)."""
+        with self._lock:
+            try:
+                yield self._conn
+            except DBAPIError as exc:
+                raise self._unavailable(exc) from None
+
+    def read(self, statement: Any, params: dict[str, Any] | None = None) -> Sequence[Row]:
+        """The rows of one query, outside any transaction."""
+        with self.reading() as db:
+            return db.execute(statement, params).all()
+
+    def _unavailable(self, exc: DBAPIError) -> StoreUnavailable:
+        if exc.connection_invalidated:  # the connection broke: the next statement reconnects
+            self._conn.rollback()
+            kind = "unreachable"
+        elif self.dialect == "sqlite":
+            name = getattr(exc.orig, "sqlite_errorname", "") or ""
+            kind = next((k for prefix, k in _SQLITE_KINDS.items() if name.startswith(prefix)), "io")
+        else:
+            state = getattr(exc.orig, "sqlstate", None) or ""
+            kind = next((k for code, k in _POSTGRES_KINDS.items() if state.startswith(code)), "io")
+        return StoreUnavailable(self.path, kind, str(exc.orig).strip())
+
+    def close(self) -> None:
+        """Close the connection; the database is unusable afterwards."""
+        with self._lock:
+            self._conn.close()
+            self._engine.dispose()
+
+    def __enter__(self) -> StoreDatabase:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class JobConflict(ValueError):
@@ -311,106 +649,41 @@ class UnknownJob(KeyError):
 
 
 class JobStore:
-    """Jobs and their transitions in one SQLite file (or `":memory:"`).
+    """Jobs and their transitions in one database: a SQLite file, `":memory:"`, or a database URL.
 
-    Safe to share between threads (one connection behind a lock) and between
-    processes (SQLite's own locking; writes take the write lock up front, so a
-    read-check-write such as `transition` is atomic). Open one JobStore per process.
-    `read_only` opens an existing store file so that SQLite refuses every write (StoreUnavailable,
-    kind `read-only`): a dry run looks at a live store without touching it.
+    Safe to share between threads and between processes (see StoreDatabase: writes are serialised, so
+    a read-check-write such as `transition` is atomic). Open one JobStore per process.
+    `read_only` opens an existing store so that the database refuses every write (StoreUnavailable,
+    kind `read-only`): a dry run looks at a live store without touching it. A store that an unfinished
+    `cpn store copy` is filling is refused (StoreCopyUnfinished, naming the command that finishes it).
     """
 
     def __init__(self, path: str | Path, clock: Clock | None = None, *, read_only: bool = False) -> None:
-        self.path = str(path)
+        self._database = StoreDatabase(path, read_only=read_only)
+        self.path = self._database.path
+        """The store's file or URL, any password hidden."""
         self.read_only = read_only
         self._clock = clock or WallClock()
-        self._lock = threading.RLock()
         self._listeners: list[Callable[[], None]] = []
-        target = self.path
-        if read_only:
-            if self.path == ":memory:":
-                raise ValueError("read_only needs a store file, not ':memory:'")
-            target = f"{Path(self.path).resolve().as_uri()}?mode=ro"
-        try:
-            self._db = sqlite3.connect(
-                target, timeout=30, isolation_level=None, check_same_thread=False, uri=read_only
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot open the job store ({exc}); check the path") from None
-        try:
-            self._prepare()
-        except sqlite3.DatabaseError as exc:
-            self._db.close()
-            raise StoreError(
-                f"{self.path}: cannot use as a job store ({exc}); point --store or CPN_STORE at another file"
-            ) from None
-        except StoreError:
-            self._db.close()
-            raise
+        copying = self._database.read(COPY_SOURCE)
+        if copying:
+            self.close()
+            raise StoreCopyUnfinished(self.path, copying[0][0])
 
-    def _prepare(self) -> None:
-        """WAL mode, and the schema, created on first use (a read-only store must be current already)."""
-        if not self.read_only:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path}: job store schema {version} is newer than this cpn's "
-                f"({SCHEMA_VERSION}); upgrade cpn or use another store file"
-            )
-        if self.read_only:
-            if version < SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path}: job store schema {version} is older than this cpn's ({SCHEMA_VERSION}) "
-                    "and cannot be upgraded read-only; open it once for writing (e.g. `cpn run`)"
-                )
-            return
-        with self._write() as db:
-            if version:
-                for old in range(version, SCHEMA_VERSION):
-                    for statement in _UPGRADES[old]:
-                        db.execute(statement)
-            for statement in _SCHEMA:
-                db.execute(statement)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    @property
+    def _db(self) -> Any:
+        """The database driver's own connection (tests set SQLite pragmas on it)."""
+        return self._database.driver_connection
 
     def close(self) -> None:
         """Close the database connection; the store is unusable afterwards."""
-        with self._lock:
-            self._db.close()
+        self._database.close()
 
     def __enter__(self) -> JobStore:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, holding SQLite's write lock from the start; rolled back on any error.
-
-        SQLite's own failures (disk full, read-only, I/O) become StoreUnavailable.
-        """
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self._db
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    if self._db.in_transaction:  # SQLite may have rolled back already (disk full)
-                        self._db.execute("ROLLBACK")
-                    raise
-            except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
-                raise _unavailable(self.path, exc) from None
-
-    def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
-        with self._lock:
-            try:
-                return self._db.execute(sql, params).fetchall()
-            except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
-                raise _unavailable(self.path, exc) from None
 
     def submit(self, specs: Sequence[JobSpec]) -> list[SubmitOutcome]:
         """Queue new jobs, all or none, in the given order; one outcome per spec.
@@ -422,31 +695,37 @@ class JobStore:
         encoded = [(spec.job_id, _encode(spec), spec) for spec in specs]
         now = self._clock.now()
         outcomes: list[SubmitOutcome] = []
-        new_jobs: list[tuple] = []
-        with self._write() as db:
+        new_jobs: list[dict] = []
+        with self._database.write() as db:
             known = _stored_specs(db, [job_id for job_id, _, _ in encoded])
             for job_id, text, spec in encoded:
                 stored = known.get(job_id)
                 if stored is None:
                     known[job_id] = text
-                    new_jobs.append((job_id, text, JobState.QUEUED.value, spec.source_cluster, now, now))
+                    new_jobs.append(
+                        {
+                            "job_id": job_id,
+                            "spec": text,
+                            "state": JobState.QUEUED.value,
+                            "location": spec.source_cluster,
+                            "submitted_at": now,
+                            "updated_at": now,
+                        }
+                    )
                     outcomes.append(SubmitOutcome(job_id, "created"))
                 elif stored == text:
                     outcomes.append(SubmitOutcome(job_id, "already_exists"))
                 else:
                     raise JobConflict(job_id, _differing_fields(stored, text))
-            db.executemany(
-                "INSERT INTO jobs (job_id, spec, state, location, submitted_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                new_jobs,
-            )
-            db.executemany(
-                _INSERT_TRANSITION,
-                [
-                    (job_id, None, JobState.QUEUED.value, now, "accepted", None, None, None, "", "")
-                    for job_id, *_ in new_jobs
-                ],
-            )
+            if new_jobs:
+                db.execute(_INSERT_JOB, new_jobs)
+                db.execute(
+                    _INSERT_TRANSITION,
+                    [
+                        _transition_row(job["job_id"], None, JobState.QUEUED, now, "accepted")
+                        for job in new_jobs
+                    ],
+                )
         if new_jobs:
             for listener in self._listeners:
                 listener()
@@ -489,13 +768,11 @@ class JobStore:
         """
         new_state = JobState(new_state)
         now = self._clock.now() if at is None else at
-        with self._write() as db:
-            row = db.execute(
-                "SELECT state, cluster, node, placement FROM jobs WHERE job_id = ?", (job_id,)
-            ).fetchone()
+        with self._database.write() as db:
+            row = db.execute(_PLACED, {"job_id": job_id}).first()
             if row is None:
                 raise UnknownJob(job_id)
-            old_state = JobState(row[0])
+            old_state = JobState(row.state)
             check_transition(job_id, old_state, new_state)
             if only_from is not None and old_state not in only_from:
                 raise IllegalTransition(f"job {job_id} is {old_state}, not {', '.join(sorted(only_from))}")
@@ -503,42 +780,27 @@ class JobStore:
             if new_state in (JobState.QUEUED, JobState.SCHEDULE_FAILED):
                 cluster, node, gang = None, None, None
             else:
-                cluster = row[1] if cluster is None else cluster
-                node = row[2] if node is None else node
-                gang = row[3] if gang is None else gang
-            db.execute(
-                "UPDATE jobs SET state = ?, cluster = ?, node = ?, location = COALESCE(?, location), "
-                "image = COALESCE(?, image), "
-                "needs_more_than_gb = MAX(COALESCE(needs_more_than_gb, 0), COALESCE(?, 0)), "
-                "updated_at = ?, placement = ?, wait_code = CASE WHEN ? THEN wait_code END, "
-                "wait_detail = CASE WHEN ? THEN wait_detail END WHERE job_id = ?",
-                (
-                    new_state.value,
-                    cluster,
-                    node,
-                    location,
-                    image,
-                    needs_more_than_gb,
-                    now,
-                    gang,
-                    new_state == JobState.QUEUED,
-                    new_state == JobState.QUEUED,
-                    job_id,
-                ),
-            )
+                cluster = row.cluster if cluster is None else cluster
+                node = row.node if node is None else node
+                gang = row.placement if gang is None else gang
+            queued = new_state == JobState.QUEUED
+            moved = {
+                "state": new_state.value,
+                "cluster": cluster,
+                "node": node,
+                "location": row.location if location is None else location,
+                "image": row.image if image is None else image,
+                "needs_more_than_gb": max(row.needs_more_than_gb or 0.0, needs_more_than_gb or 0.0),
+                "updated_at": now,
+                "placement": gang,
+                "wait_code": row.wait_code if queued else None,
+                "wait_detail": row.wait_detail if queued else None,
+            }
+            db.execute(_MOVE, {f"m_{name}": value for name, value in moved.items()} | {"m_job": job_id})
             db.execute(
                 _INSERT_TRANSITION,
-                (
-                    job_id,
-                    old_state.value,
-                    new_state.value,
-                    now,
-                    reason,
-                    cluster,
-                    node,
-                    gpu_mem_gb,
-                    log_tail,
-                    Cause(cause).value,
+                _transition_row(
+                    job_id, old_state, new_state, now, reason, cluster, node, gpu_mem_gb, log_tail, cause
                 ),
             )
 
@@ -559,28 +821,28 @@ class JobStore:
                 return CancelOutcome(job_id, "cancelled", JobState.CANCELLED)
             except IllegalTransition:
                 pass  # finished, or on a cluster
-            with self._write() as db:
-                (state,) = db.execute("SELECT state FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-                state = JobState(state)
+            with self._database.write() as db:
+                state = JobState(db.execute(_STATE, {"job_id": job_id}).scalar_one())
                 if state in FINISHED:
                     return CancelOutcome(job_id, "finished", state)
                 if state in ON_CLUSTER:
-                    db.execute(
-                        "INSERT OR IGNORE INTO cancel_requests (job_id, requested_by, requested_at) "
-                        "VALUES (?, ?, ?)",
-                        (job_id, by, self._clock.now()),
-                    )
+                    if db.execute(_REQUESTED, {"job_id": job_id}).first() is None:
+                        db.execute(
+                            insert(CANCEL_REQUESTS).values(
+                                job_id=job_id, requested_by=by, requested_at=self._clock.now()
+                            )
+                        )
                     return CancelOutcome(job_id, "requested", state)
             # queued again between the two transactions (a requeue by the scheduler): cancel it now
 
     def cancel_requests(self) -> list[CancelRequest]:
         """Cancel requests of jobs that have not ended yet, oldest first (what the scheduler has to do)."""
-        finished = [s.value for s in FINISHED]
-        rows = self._read(
-            "SELECT r.job_id, r.requested_by, r.requested_at FROM cancel_requests r "
-            f"JOIN jobs j ON j.job_id = r.job_id WHERE j.state NOT IN ({', '.join('?' * len(finished))}) "
-            "ORDER BY r.requested_at, r.job_id",
-            finished,
+        r = CANCEL_REQUESTS.c
+        rows = self._database.read(
+            select(r.job_id, r.requested_by, r.requested_at)
+            .select_from(CANCEL_REQUESTS.join(JOBS, r.job_id == JOBS.c.job_id))
+            .where(JOBS.c.state.not_in([s.value for s in FINISHED]))
+            .order_by(r.requested_at, r.job_id)
         )
         return [CancelRequest(*row) for row in rows]
 
@@ -593,57 +855,56 @@ class JobStore:
         if not waiting:
             return
         rows = [
-            (w.code, w.detail, w.predicted_start, w.predicted_start, w.job_id, JobState.QUEUED.value)
+            {"w_code": w.code, "w_detail": w.detail, "w_start": w.predicted_start, "w_job": w.job_id}
             for w in waiting
         ]
-        with self._write() as db:
-            db.executemany(
-                "UPDATE jobs SET wait_code = ?, wait_detail = ?, predicted_start = ?, "
-                "first_predicted_start = COALESCE(first_predicted_start, ?) WHERE job_id = ? AND state = ?",
-                rows,
-            )
+        with self._database.write() as db:
+            db.execute(_SET_WAITING, rows)
 
     def acquire_lease(self, holder: str, ttl_s: float) -> int:
         """Take the scheduler lease for `ttl_s` seconds and return its term.
 
         Raises StoreLeased while another holder's lease is unexpired. Taking one's own lease
         again renews it and keeps its term; taking over another's (expired or released) lease
-        starts a new term.
+        starts a new term. Atomic: two processes taking it at once get two answers, one of them a refusal.
         """
         _check_ttl(ttl_s)
         now = time.time()
-        with self._write() as db:
-            row = db.execute("SELECT holder, term, expires_at FROM scheduler_lease WHERE id = 1").fetchone()
-            if row is not None and row[0] != holder and row[2] > now:
-                raise StoreLeased(row[0], row[2])
-            term = 1 if row is None else row[1] if row[0] == holder else row[1] + 1
-            db.execute(
-                "INSERT OR REPLACE INTO scheduler_lease (id, holder, term, expires_at) VALUES (1, ?, ?, ?)",
-                (holder, term, now + ttl_s),
-            )
+        with self._database.write() as db:
+            row = db.execute(_LEASE_ROW).first()
+            if row is not None and row.holder != holder and row.expires_at > now:
+                raise StoreLeased(row.holder, row.expires_at)
+            term = 1 if row is None else row.term if row.holder == holder else row.term + 1
+            values = {"holder": holder, "term": term, "expires_at": now + ttl_s}
+            if row is None:
+                db.execute(insert(LEASE).values(id=1, **values))
+            else:
+                db.execute(update(LEASE).where(LEASE.c.id == 1).values(**values))
         return term
 
     def renew_lease(self, holder: str, term: int, ttl_s: float) -> bool:
         """Extend the lease to `ttl_s` seconds from now; False if `holder` no longer holds it in `term`."""
         _check_ttl(ttl_s)
-        with self._write() as db:
+        with self._database.write() as db:
             renewed = db.execute(
-                "UPDATE scheduler_lease SET expires_at = ? WHERE id = 1 AND holder = ? AND term = ?",
-                (time.time() + ttl_s, holder, term),
+                update(LEASE)
+                .where(LEASE.c.id == 1, LEASE.c.holder == holder, LEASE.c.term == term)
+                .values(expires_at=time.time() + ttl_s)
             ).rowcount
         return renewed == 1
 
     def release_lease(self, holder: str, term: int) -> None:
         """Give the lease up now if `holder` still holds it in `term`; the next holder gets a new term."""
-        with self._write() as db:
+        with self._database.write() as db:
             db.execute(
-                "UPDATE scheduler_lease SET expires_at = 0 WHERE id = 1 AND holder = ? AND term = ?",
-                (holder, term),
+                update(LEASE)
+                .where(LEASE.c.id == 1, LEASE.c.holder == holder, LEASE.c.term == term)
+                .values(expires_at=0.0)
             )
 
     def lease(self) -> Lease | None:
         """The latest scheduler lease, expired or not; None if no process ever took one."""
-        rows = self._read("SELECT holder, term, expires_at FROM scheduler_lease WHERE id = 1")
+        rows = self._database.read(_LEASE_ROW)
         return Lease(*rows[0]) if rows else None
 
     def add_listener(self, listener: Callable[[], None]) -> None:
@@ -652,22 +913,18 @@ class JobStore:
 
     def get(self, job_id: str) -> JobRecord:
         """The job with this id; UnknownJob if there is none."""
-        rows = self._read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,))
+        rows = self._database.read(_JOB, {"job_id": job_id})
         if not rows:
             raise UnknownJob(job_id)
         return _record(rows[0])
 
     def jobs(self, states: Iterable[JobState] | JobState | None = None) -> list[JobRecord]:
         """Jobs in acceptance order, all of them or only those in `states` (one state or several)."""
-        if states is None:
-            rows = self._read(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY seq")
-        else:
+        query = select(*_JOB_COLUMNS).order_by(JOBS.c.seq)
+        if states is not None:
             wanted = [JobState(s).value for s in ([states] if isinstance(states, str) else states)]
-            marks = ", ".join("?" * len(wanted))
-            rows = self._read(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ({marks}) ORDER BY seq", wanted
-            )
-        return [_record(row) for row in rows]
+            query = query.where(JOBS.c.state.in_(wanted))
+        return [_record(row) for row in self._database.read(query)]
 
     def page(
         self,
@@ -682,38 +939,27 @@ class JobStore:
         `states` and `namespaces` (None: all) filter the jobs; the next position is
         None when no job is left. Lets the API list a large store in bounded pages.
         """
-        where, params = ["seq > ?"], [after]
+        query = select(JOBS.c.seq, *_JOB_COLUMNS).where(JOBS.c.seq > after)
         if states is not None:
-            wanted = [JobState(s).value for s in states]
-            where.append(f"state IN ({', '.join('?' * len(wanted))})")
-            params += wanted
+            query = query.where(JOBS.c.state.in_([JobState(s).value for s in states]))
         if namespaces is not None:
             prefixes = [f"{ns}/" for ns in namespaces]
-            where.append(f"({' OR '.join('substr(job_id, 1, ?) = ?' for _ in prefixes) or '0'})")
-            for prefix in prefixes:
-                params += [len(prefix), prefix]
-        rows = self._read(
-            f"SELECT seq, {_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
-            [*params, limit + 1],
-        )
+            query = query.where(or_(false(), *(func.substr(JOBS.c.job_id, 1, len(p)) == p for p in prefixes)))
+        rows = self._database.read(query.order_by(JOBS.c.seq).limit(limit + 1))
         records = [_record(row[1:]) for row in rows[:limit]]
         return records, (rows[limit - 1][0] if len(rows) > limit else None)
 
     def history(self, job_id: str) -> list[Transition]:
         """The job's transitions, oldest first (the first is its entry into `queued`); UnknownJob if none."""
-        rows = self._read(
-            f"SELECT {_TRANSITION_COLUMNS} FROM transitions WHERE job_id = ? ORDER BY seq", (job_id,)
-        )
+        rows = self._database.read(_HISTORY, {"job_id": job_id})
         if not rows:
             raise UnknownJob(job_id)
         return [_transition(row) for row in rows]
 
     def transitions_all(self) -> list[Transition]:
         """Every transition of every job, in the order they were recorded (for reports)."""
-        return [
-            _transition(row)
-            for row in self._read(f"SELECT {_TRANSITION_COLUMNS} FROM transitions ORDER BY seq")
-        ]
+        rows = self._database.read(select(*_TRANSITION_COLUMNS).order_by(TRANSITIONS.c.seq))
+        return [_transition(row) for row in rows]
 
     def changes_since(self, after: int = 0) -> tuple[int, list[Change]]:
         """Transitions recorded after position `after`, oldest first, and the position to pass next time.
@@ -721,13 +967,7 @@ class JobStore:
         Lets a scheduler keep its view of the queue current in time proportional
         to what changed, instead of re-reading every queued job each round.
         """
-        rows = self._read(
-            "SELECT t.seq, t.job_id, t.to_state, j.seq, j.location, j.image, j.needs_more_than_gb, "
-            "j.submitted_at "
-            "FROM transitions t "
-            "JOIN jobs j ON j.job_id = t.job_id WHERE t.seq > ? ORDER BY t.seq",
-            (after,),
-        )
+        rows = self._database.read(_CHANGES, {"after": after})
         if not rows:
             return after, []
         return rows[-1][0], [
@@ -737,22 +977,24 @@ class JobStore:
 
     def specs(self, job_ids: Sequence[str]) -> dict[str, JobSpec]:
         """The specs of those of `job_ids` that exist."""
-        with self._lock:
-            return {job_id: _decode(text) for job_id, text in _raw_specs(self._db, job_ids).items()}
+        with self._database.reading() as db:
+            return {job_id: _decode(text) for job_id, text in _raw_specs(db, job_ids).items()}
 
     def counts(self) -> dict[JobState, int]:
         """How many jobs are in each state; every state is present, zero included."""
         counts = dict.fromkeys(JobState, 0)
-        for state, n in self._read("SELECT state, COUNT(*) FROM jobs GROUP BY state"):
+        for state, n in self._database.read(select(JOBS.c.state, func.count()).group_by(JOBS.c.state)):
             counts[JobState(state)] = n
         return counts
 
     def tally(self) -> list[tuple[JobState, str, str, int]]:
         """How many jobs are in each (state, namespace, waiting reason code; '' for none), in one GROUP BY:
         what cpn's own metrics publish (cpn.telemetry), cheap whatever the store's size."""
-        rows = self._read(
-            "SELECT state, substr(job_id, 1, instr(job_id, '/') - 1), COALESCE(wait_code, ''), COUNT(*) "
-            "FROM jobs GROUP BY 1, 2, 3"
+        slash = (func.instr if self._database.dialect == "sqlite" else func.strpos)(JOBS.c.job_id, "/")
+        namespace = case((slash > 0, func.substr(JOBS.c.job_id, 1, slash - 1)), else_="").label("namespace")
+        code = func.coalesce(JOBS.c.wait_code, "").label("code")
+        rows = self._database.read(
+            select(JOBS.c.state, namespace, code, func.count()).group_by(JOBS.c.state, "namespace", "code")
         )
         return [(JobState(state), namespace, code, n) for state, namespace, code, n in rows]
 
@@ -780,18 +1022,18 @@ def _decode(text: str) -> JobSpec:
     return JobSpec(**json.loads(text))
 
 
-def _raw_specs(db: sqlite3.Connection, job_ids: Sequence[str]) -> dict[str, str]:
+def _raw_specs(db: Connection, job_ids: Sequence[str]) -> dict[str, str]:
     """Stored spec JSON of those of `job_ids` that exist."""
     found: dict[str, str] = {}
     unique = list(dict.fromkeys(job_ids))
+    if len(unique) == 1:
+        return dict(db.execute(_SPEC_OF, {"job_id": unique[0]}).all())
     for start in range(0, len(unique), _IN_CHUNK):
-        chunk = unique[start : start + _IN_CHUNK]
-        marks = ", ".join("?" * len(chunk))
-        found.update(db.execute(f"SELECT job_id, spec FROM jobs WHERE job_id IN ({marks})", chunk))
+        found.update(db.execute(_SPECS_OF, {"ids": unique[start : start + _IN_CHUNK]}).all())
     return found
 
 
-def _stored_specs(db: sqlite3.Connection, job_ids: list[str]) -> dict[str, str]:
+def _stored_specs(db: Connection, job_ids: list[str]) -> dict[str, str]:
     """Stored canonical specs of those of `job_ids` that exist, re-encoded by the current JobSpec."""
     return {job_id: _encode(_decode(text)) for job_id, text in _raw_specs(db, job_ids).items()}
 
@@ -801,7 +1043,33 @@ def _differing_fields(stored: str, new: str) -> list[str]:
     return sorted(k for k in old_data.keys() | new_data.keys() if old_data.get(k) != new_data.get(k))
 
 
-def _record(row: tuple) -> JobRecord:
+def _transition_row(
+    job_id: str,
+    from_state: JobState | None,
+    to_state: JobState,
+    time_: float,
+    reason: str,
+    cluster: str | None = None,
+    node: str | None = None,
+    gpu_mem_gb: float | None = None,
+    log_tail: str = "",
+    cause: Cause = Cause.NONE,
+) -> dict:
+    return {
+        "job_id": job_id,
+        "from_state": None if from_state is None else from_state.value,
+        "to_state": to_state.value,
+        "time": time_,
+        "reason": reason,
+        "cluster": cluster,
+        "node": node,
+        "gpu_mem_gb": gpu_mem_gb,
+        "log_tail": log_tail,
+        "cause": Cause(cause).value,
+    }
+
+
+def _record(row: Sequence) -> JobRecord:
     (
         spec,
         state,
@@ -835,13 +1103,13 @@ def _record(row: tuple) -> JobRecord:
     )
 
 
-def _transition(row: tuple) -> Transition:
-    job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb, log_tail, cause = row
+def _transition(row: Sequence) -> Transition:
+    job_id, from_state, to_state, time_, reason, cluster, node, gpu_mem_gb, log_tail, cause = row
     return Transition(
         job_id,
         JobState(from_state) if from_state else None,
         JobState(to_state),
-        time,
+        time_,
         reason,
         cluster,
         node,

@@ -1,14 +1,30 @@
-"""`ingest-benchmarks`: benchmark job logs into this cpn home's benchmarks file (weekly deployment)."""
+"""`ingest-benchmarks`: benchmark job logs into this cpn home's benchmarks file (weekly deployment);
+`benchmark-nodes`: the benchmark loop over a config's clusters (daily deployment, `cpn benchmark`)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from prefect import flow, get_run_logger
 
+from config.benchmarking import load_benchmarking, store_paths
 from config.benchmarks import BENCHMARKS_YAML
 from config.runtime import runtime_settings
-from tasks.benchmarks import merge_benchmarks, read_benchmark_logs, write_benchmarks
+from config.settings import DEMO_DIR, load_profile
+from cpn.bootstrap import build_benchmark_clusters
+from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
+from flows.retrain import retrain
+from tasks.benchmarks import (
+    ingest_benchmark_runs,
+    log_benchmark_round,
+    merge_benchmarks,
+    plan_benchmark_nodes,
+    read_benchmark_logs,
+    record_benchmark_failures,
+    run_benchmark_jobs,
+    write_benchmarks,
+)
 
 INGESTED = "ingested"
 """Subfolder of the logs folder that ingested logs move to, so that no log is counted twice."""
@@ -37,3 +53,57 @@ def ingest_benchmarks(logs: str | None = None, base: str | None = None, out: str
     nodes = sorted({r.node for r in results})
     print(f"wrote {written}: {len(results)} results from {len(files)} logs, nodes {', '.join(nodes)}")
     return {"logs": len(files), "results": len(results), "out": written}
+
+
+@flow(name="benchmark-nodes", log_prints=True)
+def benchmark_nodes(
+    config_dir: str | None = None,
+    throughputs: str | None = None,
+    tracking_uri: str | None = None,
+    dry_run: bool = False,
+) -> dict:
+    """Benchmark every node of an unmeasured GPU type (docs/predictor.md): plan, run the jobs where cards
+    are idle, ingest the scores into the benchmarks store, record failures, log the round in MLflow and,
+    when scores changed, retrain the predictor. `config_dir` (default the demo's) holds clusters.yaml and
+    the optional benchmarking.yaml; `throughputs` is the simulated clusters' truth (default Gavel's
+    table). A dry run prints the plan and stops."""
+    logger = get_run_logger()
+    folder = config_dir or str(DEMO_DIR)
+    profile, settings = load_profile(folder), load_benchmarking(folder)
+    base, out, failures = store_paths(settings)
+    table = ThroughputTable.load(throughputs or GAVEL_ISOLATED)
+    clusters = build_benchmark_clusters(profile.clusters, table)
+    try:
+        plan = plan_benchmark_nodes(clusters, str(base), settings, str(failures))
+        for line in plan.lines():
+            print(line)
+        summary: dict = {
+            "planned": [t.node.key for t in plan.targets],
+            "reported": [r.type_key for r in plan.reported],
+        }
+        if dry_run or not plan.targets:
+            return summary
+        runs = run_benchmark_jobs(clusters, plan.targets, settings)
+    finally:
+        clusters.close()
+    ingested = ingest_benchmark_runs(runs, str(base), str(out), datetime.now(UTC).date())
+    record_benchmark_failures(ingested.runs, str(failures))
+    uri = tracking_uri or runtime_settings().mlflow_uri
+    log_benchmark_round(ingested, uri)
+    for run in ingested.runs:
+        print(f"{run.target.node.key}: {run.outcome} {run.detail}".rstrip())
+    summary |= {
+        "outcomes": {r.target.node.key: r.outcome for r in ingested.runs},
+        "changed": ingested.changed,
+        "store": ingested.store,
+    }
+    if ingested.changed:
+        logger.info("scores changed in %s: retraining the predictor", ingested.store)
+        retrain(
+            config_dir=folder,
+            throughputs=throughputs,
+            benchmarks=ingested.store,
+            tracking_uri=uri,
+            force=True,
+        )
+    return summary

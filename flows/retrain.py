@@ -10,11 +10,10 @@ champion changed and by how much the held-out error moved.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from config.runtime import runtime_settings
+from config.runtime import job_store, runtime_settings, store_exists
 from config.settings import DEMO_DIR
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.inventory import nodes_from_config

@@ -23,6 +23,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -211,6 +212,8 @@ class BenchmarkResult:
     gpu_product: str
     """The product as the job saw it (e.g. `Tesla-V100-SXM2-16GB`); canonicalised on merge."""
     node: str
+    driver: str | None = None
+    """The node's driver version, when the job reported one (`"driver"`); kept with the node's scores."""
 
 
 def parse_benchmark_log(text: str, source: str = "<log>") -> list[BenchmarkResult]:
@@ -250,15 +253,21 @@ def _result(rec: dict, where: str) -> BenchmarkResult:
         or score <= 0
     ):
         raise BenchmarkError(f"{where}: field 'score' must be a positive number, got {score!r}")
-    return BenchmarkResult(score=float(score), **{name: rec[name].strip() for name in fields})
+    driver = rec.get("driver")
+    if driver is not None and (not isinstance(driver, str) or not driver.strip()):
+        raise BenchmarkError(f"{where}: field 'driver' must be a non-empty string when given")
+    return BenchmarkResult(
+        score=float(score), driver=driver and driver.strip(), **{name: rec[name].strip() for name in fields}
+    )
 
 
 def merge_results(
-    results: Iterable[BenchmarkResult], base: BenchmarksConfig | None = None
+    results: Iterable[BenchmarkResult], base: BenchmarksConfig | None = None, measured: date | None = None
 ) -> BenchmarksConfig:
     """`base` with the results folded in (a new config when `base` is None).
 
-    Each node gets its scores (median of repeats) under `nodes`; each product measured
+    Each node gets its scores (median of repeats) under `nodes`, with its driver (as reported) and the day
+    `measured` (None: not recorded); each product measured
     gets, per workload, the median over its nodes. Results measured by another method or
     in another unit than `base` declares are refused: such scores are not comparable.
     """
@@ -281,6 +290,7 @@ def merge_results(
             )
     per_node: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     node_gpu: dict[str, str] = {}
+    node_driver: dict[str, str | None] = {}
     # A product already in `base` keeps its spelling there; a new one is written as the job reported it.
     spelled = {canonical_gpu(k): k for k in base.gpus} if base else {}
     for r in results:
@@ -288,11 +298,14 @@ def merge_results(
         if node_gpu.setdefault(r.node, gpu) != gpu:
             raise BenchmarkError(f"node {r.node!r} reported two GPU products: {node_gpu[r.node]} and {gpu}")
         per_node[r.node][r.workload].append(r.score)
+        node_driver[r.node] = r.driver or node_driver.get(r.node)
     nodes = dict(base.nodes) if base else {}
     per_gpu: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for node, scores in per_node.items():
         medians = {w: statistics.median(v) for w, v in scores.items()}
-        nodes[node] = NodeEntry(gpu=node_gpu[node], scores=medians)
+        nodes[node] = NodeEntry(
+            gpu=node_gpu[node], scores=medians, driver=node_driver[node], measured=measured
+        )
         for w, v in medians.items():
             per_gpu[node_gpu[node]][w].append(v)
     gpus = dict(base.gpus) if base else {}

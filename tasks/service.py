@@ -42,7 +42,6 @@ def open_service(
     from models.sources import estimate_source
 
     settings = runtime_settings()
-    if not dry_run:
     table = ThroughputTable.load(GAVEL_ISOLATED)
     with predictor_logs_in_prefect():  # a first champion's training, in the run's logs
         source = estimate_source(

@@ -18,3 +18,22 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server for the whole session, started on first use (tests/integration/servers.py)."""
+    from tests.integration.servers import postgres
+
+    with postgres() as server:
+        yield server
+
+
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgresql", marks=[pytest.mark.integration, pytest.mark.postgres])]
+)
+def store_target(request, tmp_path):
+    """Where a new, empty job store lives, once per database: a SQLite file, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "jobs.db"
+    return request.getfixturevalue("postgres_server").create_database()

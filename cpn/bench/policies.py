@@ -16,9 +16,12 @@ from pathlib import Path
 
 from config.policies import POLICY_NAMES, PolicySettings, policy_settings, setting_keys
 from config.settings import DATA_DIR, DEFAULT_CPU_THRESHOLD, ClustersConfig, load_model
+from config.teams import load_teams
 from cpn.bench.recorder import RecordingPolicy, record_on, solver_summary, start_errors
 from cpn.bench.report import JobTimeline, busy_of, copies_per_job, summarize, timelines
+from cpn.bench.teams import team_figures
 from cpn.bootstrap import build_simulation
+from cpn.decisions import Teams
 from cpn.engine.scheduler import EstimateSource
 from cpn.formats.gavel_trace import load_gavel_trace
 from cpn.formats.throughput import ThroughputTable
@@ -26,6 +29,7 @@ from cpn.formats.trace_csv import load_trace_csv
 from cpn.inventory import Node, nodes_from_config
 from cpn.jobs import JobSpec, JobState
 from cpn.policies import make_policy
+from cpn.policies.teams import teams_of
 from cpn.sim.estimates import OracleEstimates
 from cpn.sim.gateway import Execution
 from cpn.sim.replay import arrivals_from_jobs, replay
@@ -135,11 +139,14 @@ def run_policy(
     table: ThroughputTable,
     estimator: EstimateSource,
     cpu_threshold: float = DEFAULT_CPU_THRESHOLD,
+    teams: Teams | None = None,
 ) -> PolicyRun:
     """Replay `jobs` under the policy `settings` name on fresh simulated clusters; returns its figures,
-    with the median error of its predicted starts and its solver's rounds (cpn.bench.recorder)."""
+    with the median error of its predicted starts and its solver's rounds (cpn.bench.recorder), and with
+    `teams`, the policy ordering and limiting by them and the teams' figures (cpn.bench.teams)."""
     recorder = RecordingPolicy(make_policy(settings))
     sim = build_simulation(clusters, ":memory:", recorder, table, cpu_threshold, estimator)
+    sim.scheduler.teams = teams
     forecaster = record_on(sim.scheduler, recorder)
     started = time.perf_counter()
     replay(sim.scheduler, sim.simulator, sim.clock, arrivals_from_jobs(jobs), migrator=sim.migrator)
@@ -151,6 +158,8 @@ def run_policy(
     summary.update(start_errors(recorder, lines).as_summary())
     summary.update(copies_per_job(lines))
     summary.update(solver_summary(recorder.solver_rounds))
+    if teams is not None:
+        summary.update(team_figures(teams, lines, sim.simulator.executions))
     sim.store.close()
     return PolicyRun(run_name(settings), summary, lines, tuple(sim.simulator.executions), settings)
 
@@ -225,6 +234,7 @@ def bench_policies(
     estimator_for: Callable[[ThroughputTable], EstimateSource] = OracleEstimates,
     limit: int | None = None,
     overrides: dict[str, str] | None = None,
+    teams_path: Path | str | None = None,
 ) -> BenchResult:
     """Replay one trace under each policy; figures, lower bound and peer figures in one result.
 
@@ -232,9 +242,11 @@ def bench_policies(
     the command line asks models.sources for the one `--estimates` names);
     `limit` keeps only the first jobs by arrival (a cut of a long trace); `overrides` are `--set`
     pairs, each given to the listed policies that have such a setting (`cpu_threshold` to the
-    scheduler, replacing `cpu_threshold`).
+    scheduler, replacing `cpu_threshold`); `teams_path` a teams file (config.teams) the policies order and
+    limit by, and whose figures each run reports.
     """
     settings, cpu_threshold = policy_runs(policies, overrides or {})
+    teams = teams_of(load_teams(teams_path)) if teams_path is not None else None
     clusters = load_model(clusters_path, ClustersConfig)
     table = ThroughputTable.load(throughputs_path)
     jobs = load_jobs(trace_path)[:limit]
@@ -250,7 +262,7 @@ def bench_policies(
     progress(f"{len(jobs):,} jobs on {result.total_gpus} GPUs in {len(clusters.clusters)} clusters")
     for policy in settings:
         progress(f"replaying under {run_name(policy)} ...")
-        run = run_policy(policy, jobs, clusters, table, estimator_for(table), cpu_threshold)
+        run = run_policy(policy, jobs, clusters, table, estimator_for(table), cpu_threshold, teams)
         progress(
             f"  {run.name}: {run.summary['succeeded']} succeeded, {run.summary['unfinished']} unfinished, "
             f"in {run.summary['sim_wall_s']:.1f} s"

@@ -110,7 +110,7 @@ def format_table(result: BenchResult) -> str:
         lines.append(
             "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
         )
-    lines += _outcome_lines(result) + _solver_lines(result)
+    lines += _outcome_lines(result) + _solver_lines(result) + _team_lines(result)
     if result.peer:
         lines += ["", "Peer: Gavel's simulator on this trace (preemptive, no memory limit, no transfers)"]
         lines.append(f"  {'gavel policy':<28}{'mean JCT h':>11}{'makespan h':>11}")
@@ -159,6 +159,31 @@ def _outcome_lines(result: BenchResult) -> list[str]:
         if parts:
             lines.append(f"  {run.name}: " + "; ".join(parts))
     return ["", "Jobs that did not succeed, by reason:", *lines] if lines else []
+
+
+def _team_lines(result: BenchResult) -> list[str]:
+    """Per policy with teams (`--teams`): fairness error, preemptions, and each team's shares and waits."""
+    lines = []
+    for run in result.runs:
+        m = run.summary
+        if "teams" not in m:
+            continue
+        err = m["fairness_error"]
+        lines.append(
+            f"  {run.name}: fairness error {'-' if err is None else f'{err:.3f}'}, "
+            f"{m['gpu_hours']:,.1f} GPU-h "
+            f"done, {m['preemptions']} preemptions, {m['lost_gpu_hours']:,.1f} GPU-h lost"
+        )
+        for name, f in m["teams"].items():
+            used = "-" if f["share_used"] is None else f"{f['share_used']:.3f}"
+            waits = "/".join(
+                "-" if f[k] is None else f"{f[k] / 3600:,.2f}" for k in ("p50_wait_s", "p99_wait_s")
+            )
+            lines.append(
+                f"    {name}: {f['jobs']:,} jobs, share entitled {f['share_entitled']:.3f}, used {used}, "
+                f"wait p50/p99 {waits} h"
+            )
+    return ["", "Teams (share used while every team had work waiting):", *lines] if lines else []
 
 
 def _solver_lines(result: BenchResult) -> list[str]:

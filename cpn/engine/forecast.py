@@ -23,10 +23,11 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from cpn.decisions import Decision, Placement, RunningJob, Snapshot, Waiting
+from cpn.decisions import Decision, Estimate, Placement, RunningJob, Snapshot, Waiting, shape_of
 from cpn.inventory import NodeState, SharedCard
 from cpn.jobs import JobSpec
 from cpn.policies.base import Policy
@@ -67,6 +68,11 @@ class Outlook:
     """The queued jobs it looked at."""
     nodes: tuple = ()
     """The nodes it ran on."""
+    estimates: Mapping[str, Mapping[str, Estimate]] = field(default_factory=dict)
+    """The estimates it ran on."""
+    steps: list[tuple[float, Decision]] = field(default_factory=list)
+    """The policy's decision at each simulated end after `now`, in time order: what a later look follows
+    while nothing it depended on changed (`look`'s `prior`)."""
 
 
 class _Cluster:
@@ -149,11 +155,20 @@ class _Cluster:
             self.states[i] = NodeState(state.node, free, max(0.0, state.cpu_used - cpu), running, shared)
 
 
-def look(policy: Policy, snapshot: Snapshot, decision: Decision) -> Outlook:
+def look(policy: Policy, snapshot: Snapshot, decision: Decision, prior: Outlook | None = None) -> Outlook:
     """Run `policy` forward from `snapshot`, after `decision` (this round's), until every queued job is
-    placed or nothing more ends; returns a forecast per job it places (see the module doc)."""
+    placed or nothing more ends; returns a forecast per job it places (see the module doc).
+
+    `prior`: an earlier look whose plan still holds but for the jobs that arrived since (`Forecaster`
+    checks): its decisions are followed, without asking the policy, up to the first simulated end at
+    which an arrival could start (see `_Follow`); the policy decides from there on."""
     now = snapshot.now
-    out = Outlook(now, jobs=frozenset(j.job_id for j in snapshot.pending), nodes=_node_set(snapshot))
+    out = Outlook(
+        now,
+        jobs=frozenset(j.job_id for j in snapshot.pending),
+        nodes=_node_set(snapshot),
+        estimates=snapshot.estimates,
+    )
     cluster = _Cluster(snapshot)
     running = dict(snapshot.running)
     spread: dict[str, tuple[float, float]] = {}
@@ -169,14 +184,17 @@ def look(policy: Policy, snapshot: Snapshot, decision: Decision) -> Outlook:
             heapq.heappush(events, (end, job_id))
     by_id = {j.job_id: j for j in snapshot.pending}
     pending = dict.fromkeys(by_id)
-    current = snapshot
+    shapes = _Shapes(snapshot)
+    follow = _Follow.of(policy, snapshot, decision, prior)
     t, low, high = now, now, now
-    while True:
+
+    def carry_out(decision: Decision, current: Snapshot) -> None:
         for placement in decision.placements:
             job = by_id.get(placement.job_id)
             if job is None or placement.job_id not in pending:
                 continue
             del pending[placement.job_id]
+            shapes.drop(job)
             forecast, u_end = _start(current, job, placement, cluster, (low, high))
             out.placed_at[job.job_id] = t
             out.forecasts[job.job_id] = forecast
@@ -186,9 +204,12 @@ def look(policy: Policy, snapshot: Snapshot, decision: Decision) -> Outlook:
             if forecast.end < math.inf:
                 heapq.heappush(events, (forecast.end, job.job_id))
         for rejection in decision.rejections:
-            pending.pop(rejection.job_id, None)
-        if not pending or not events:
-            return out
+            if rejection.job_id in pending:
+                del pending[rejection.job_id]
+                shapes.drop(by_id[rejection.job_id])
+
+    carry_out(decision, snapshot)
+    while pending and events:
         t = events[0][0]
         low, high = math.inf, -math.inf
         while events and events[0][0] <= t + EPS_S:
@@ -196,16 +217,151 @@ def look(policy: Policy, snapshot: Snapshot, decision: Decision) -> Outlook:
             cluster.free(job_id)
             running.pop(job_id, None)
             low, high = min(low, spread[job_id][0]), max(high, spread[job_id][1])
-        current = replace(
-            snapshot,
-            now=t,
-            pending=tuple(by_id[j] for j in pending),
-            nodes=tuple(cluster.states),
-            running=MappingProxyType(running),
-            explain=False,
-            fresh=(),
+        current = _state(snapshot, t, tuple(by_id[j] for j in pending), cluster, running, shapes)
+        decision = follow.decision_at(t, policy, current, pending) if follow is not None else None
+        if decision is None:
+            follow = None
+            decision = policy.decide(current)
+        carry_out(decision, current)
+        if follow is not None and follow.behind:
+            # every arrival comes after every other job: it takes what the followed decision left
+            after = _state(snapshot, t, (), cluster, running, None)
+            extra = follow.arrivals_now(policy, after, pending)
+            if extra is not None:
+                follow = None
+                carry_out(extra, current)
+                decision = replace(
+                    decision,
+                    placements=(*decision.placements, *extra.placements),
+                    rejections=(*decision.rejections, *extra.rejections),
+                )
+        out.steps.append((t, decision))
+    return out
+
+
+def _state(
+    snapshot: Snapshot,
+    t: float,
+    pending: tuple[JobSpec, ...],
+    cluster: _Cluster,
+    running: dict[str, RunningJob],
+    shapes: _Shapes | None,
+) -> Snapshot:
+    """The look's snapshot at simulated time `t` with `pending` queued."""
+    return replace(
+        snapshot,
+        now=t,
+        pending=pending,
+        nodes=tuple(cluster.states),
+        running=MappingProxyType(running),
+        explain=False,
+        fresh=(),
+        shapes=shapes.shapes() if shapes is not None else None,
+    )
+
+
+class _Shapes:
+    """The shapes (`shape_of`) still queued in a look, kept as jobs leave, so that a policy stops scanning
+    the queue once none of them could start (`Snapshot.shapes`); None where the snapshot gave none."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.given = snapshot.shapes is not None
+        self.count: dict[tuple, list] = {}
+        for job in snapshot.pending:
+            self.count.setdefault(shape_of(job), [0, job])[0] += 1
+
+    def drop(self, job: JobSpec) -> None:
+        entry = self.count[shape_of(job)]
+        entry[0] -= 1
+        if not entry[0]:
+            del self.count[shape_of(job)]
+
+    def shapes(self) -> tuple[JobSpec, ...] | None:
+        return tuple(job for _, job in self.count.values()) if self.given else None
+
+
+@dataclass
+class _Follow:
+    """Following an earlier look's decisions while the jobs that arrived since cannot change them.
+
+    A policy that declares `queue_order` (it takes the queue in `by_priority` order, each job on what
+    the jobs ahead of it left) decides the jobs ahead of an arrival as if it were not there: when every
+    arrival comes after every other job, an end's decision is the followed one plus what the policy
+    makes of the arrivals on what that left (nothing, for one that does not `skip_blocked`, while any
+    older job still waits ahead of them). A policy that declares `skips_blocked` (a job it cannot
+    start now is passed over and changes nothing for the rest) decides as before at an end where the
+    arrivals cannot start even alone on what is free. Any other policy, or teams (their order is not
+    the queue's), is looked at afresh."""
+
+    steps: list[tuple[float, Decision]]
+    arrivals: list[JobSpec]
+    behind: bool
+    """Every arrival comes after every other queued job in the policy's order."""
+    blocks: bool
+    """The policy waits for a job it cannot start (it does not skip it)."""
+    at: int = 0
+
+    @classmethod
+    def of(
+        cls, policy: Policy, snapshot: Snapshot, decision: Decision, prior: Outlook | None
+    ) -> _Follow | None:
+        """How a look after `decision` follows `prior`; None where it cannot (nothing to follow, teams,
+        a round that starts an arrival, or a policy that declares neither trait)."""
+        if prior is None or snapshot.teams is not None:
+            return None
+        arrivals = [j for j in snapshot.pending if j.job_id not in prior.jobs]
+        new = {j.job_id for j in arrivals}
+        if any(p.job_id in new for p in decision.placements):
+            return None
+        in_order = getattr(policy, "queue_order", False)
+        skips = getattr(policy, "skips_blocked", False)
+        old = [j for j in snapshot.pending if j.job_id not in new]
+        queue = snapshot.pending
+        first_new = next((i for i, j in enumerate(queue) if j.job_id in new), len(queue))
+        behind = (
+            in_order
+            and all(j.job_id in new for j in queue[first_new:])
+            and max((j.priority for j in arrivals), default=0) <= min((j.priority for j in old), default=0)
         )
-        decision = policy.decide(current)
+        if not behind and not skips:
+            return None
+        steps = [s for s in prior.steps if s[0] > snapshot.now + EPS_S]
+        return cls(steps, arrivals, behind, not skips)
+
+    def left(self, pending: dict[str, None]) -> tuple[JobSpec, ...]:
+        return tuple(j for j in self.arrivals if j.job_id in pending)
+
+    def decision_at(
+        self, t: float, policy: Policy, current: Snapshot, pending: dict[str, None]
+    ) -> Decision | None:
+        """The followed decision at the end at `t`; None when the look must ask the policy from here."""
+        if self.at >= len(self.steps) or abs(self.steps[self.at][0] - t) > EPS_S:
+            return None
+        _, decision = self.steps[self.at]
+        self.at += 1
+        if not self.behind and _decides(policy, replace(current, pending=self.left(pending), shapes=None)):
+            return None
+        return decision
+
+    def arrivals_now(self, policy: Policy, after: Snapshot, pending: dict[str, None]) -> Decision | None:
+        """What the policy makes of the arrivals on what the followed decision left (`after`), when that
+        is anything: the rest of that end's decision."""
+        arrivals = self.left(pending)
+        if not arrivals or (self.blocks and len(pending) > len(arrivals)):
+            return None
+        return _decides(policy, replace(after, pending=arrivals))
+
+
+def _decides(policy: Policy, snapshot: Snapshot) -> Decision | None:
+    """`policy`'s decision on `snapshot` when it starts or rejects any job, else None (a count of free
+    cards first: a job wider than all the free cards together cannot start)."""
+    if not snapshot.pending:
+        return None
+    free = sum(s.free_gpus for s in snapshot.nodes)
+    if not any(is_sharing(j) for j in snapshot.pending) and free < min(j.num_gpus for j in snapshot.pending):
+        return None
+    decision = policy.decide(snapshot)
+    return decision if decision.placements or decision.rejections else None
 
 
 def _start(
@@ -255,10 +411,14 @@ class Forecaster:
 
     def __init__(self, policy: Policy, keep_plan: bool = False) -> None:
         self.policy = policy
+        self.looker: Policy = getattr(policy, "forward", policy)
+        """What the look runs: the policy, or the stand-in it names (`forward`, as the optimiser does)."""
         self.keep_plan = keep_plan
         self.last: Outlook | None = None
         self.looks = 0
         """Forward looks run (rounds that reused the last look do not count)."""
+        self.followed = 0
+        """Of `looks`, those that followed the last look up to where the jobs that arrived since count."""
         self.spent_s = 0.0
         """Wall time spent in `apply`, all rounds together (what the forward look costs)."""
 
@@ -279,9 +439,11 @@ class Forecaster:
             return decision
         previous = self.last
         moved: dict[str, str] = {}
-        if previous is None or not self._holds(previous, snapshot, decision):
-            self.last = look(self.policy, snapshot, decision)
+        holds = previous is not None and _holds(previous, snapshot, decision)
+        if not holds or any(j.job_id not in previous.jobs for j in snapshot.pending):
+            self.last = look(self.looker, snapshot, decision, previous if holds else None)
             self.looks += 1
+            self.followed += holds
             if previous is not None:
                 moved = _why_moved(previous, self.last, snapshot)
         outlook = self.last
@@ -305,29 +467,35 @@ class Forecaster:
             waiting.append(w)
         return replace(decision, waiting=tuple(waiting))
 
-    def _holds(self, outlook: Outlook, snapshot: Snapshot, decision: Decision) -> bool:
-        """Whether the state now is the one `outlook` predicted for now: no job it did not see queued,
-        the jobs it placed by now gone from the queue, every job running that it has running and ending
-        when it said, the same nodes, and this round placing what it placed for now."""
-        t = snapshot.now
-        if decision.rejections or _node_set(snapshot) != outlook.nodes:
+
+def _holds(outlook: Outlook, snapshot: Snapshot, decision: Decision) -> bool:
+    """Whether the state now is the one `outlook` predicted for now, but for jobs that arrived since: the
+    jobs it placed by now gone from the queue, the queued jobs it saw estimated as it saw them, every
+    job running that it has running and ending when it said, the same nodes, and this round placing of
+    the jobs it saw what it placed for now and rejecting none."""
+    t = snapshot.now
+    if decision.rejections or _node_set(snapshot) != outlook.nodes:
+        return False
+    for job in snapshot.pending:
+        if job.job_id not in outlook.jobs:
+            continue
+        if outlook.placed_at.get(job.job_id, math.inf) < t - EPS_S:
             return False
-        for job in snapshot.pending:
-            if job.job_id not in outlook.jobs or outlook.placed_at.get(job.job_id, math.inf) < t - EPS_S:
-                return False
-        placed_now = {j for j, at in outlook.placed_at.items() if abs(at - t) <= EPS_S}
-        if {p.job_id for p in decision.placements} != placed_now:
+        if snapshot.estimates.get(job.job_id) != outlook.estimates.get(job.job_id):
             return False
-        for job_id, job in snapshot.running.items():
-            end = outlook.ends.get(job_id)
-            if end is None or abs(max(job.end, t) - end) > EPS_S:
-                return False
-        expected = sum(
-            1
-            for j, end in outlook.ends.items()
-            if end > t + EPS_S and outlook.placed_at.get(j, -math.inf) < t - EPS_S
-        )
-        return expected == sum(1 for j in snapshot.running if outlook.ends.get(j, 0.0) > t + EPS_S)
+    placed_now = {j for j, at in outlook.placed_at.items() if abs(at - t) <= EPS_S}
+    if {p.job_id for p in decision.placements if p.job_id in outlook.jobs} != placed_now:
+        return False
+    for job_id, job in snapshot.running.items():
+        end = outlook.ends.get(job_id)
+        if end is None or abs(max(job.end, t) - end) > EPS_S:
+            return False
+    expected = sum(
+        1
+        for j, end in outlook.ends.items()
+        if end > t + EPS_S and outlook.placed_at.get(j, -math.inf) < t - EPS_S
+    )
+    return expected == sum(1 for j in snapshot.running if outlook.ends.get(j, 0.0) > t + EPS_S)
 
 
 def _why_moved(before: Outlook, after: Outlook, snapshot: Snapshot) -> dict[str, str]:

@@ -44,7 +44,7 @@ from config.settings import DEFAULT_CPU_THRESHOLD
 from cpn.adapters.gateway import OOM_REASON, ClusterGateway, JobEvent, SubmitRejected
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
-from cpn.decisions import Decision, Estimate, Placement, RunningJob, Snapshot, SolverRound, Waiting
+from cpn.decisions import Decision, Estimate, Placement, RunningJob, Snapshot, SolverRound, Teams, Waiting
 from cpn.engine.forecast import Forecaster
 from cpn.engine.lease import SchedulerLease
 from cpn.engine.queue_view import QueueView
@@ -244,6 +244,7 @@ class Scheduler:
         explain_every_s: float = 0.0,
         lease: SchedulerLease | None = None,
         forecast: bool = True,
+        teams: Teams | None = None,
     ) -> None:
         if (transfers is None) != (migrator is None):
             raise ValueError("give both transfers and migrator, or neither")
@@ -267,6 +268,8 @@ class Scheduler:
         self.forecaster: Forecaster | None = Forecaster(policy) if forecast else None
         """Looks forward each round to predict when every waiting job starts (cpn.engine.forecast); None:
         only the policy's own plan predicts starts."""
+        self.teams = teams
+        """Teams, quotas and weights the policy orders and limits by (Snapshot.teams); None = no teams."""
         self.on_decision: Callable[[Snapshot, Decision], None] | None = None
         """Called with each round's snapshot and final decision (a benchmark records the predictions)."""
         self._explained_at = -math.inf
@@ -543,6 +546,7 @@ class Scheduler:
             shapes=self.queue.shapes(),
             explain=self._explain_now(),
             running=self._running_jobs(nodes),
+            teams=self.teams,
             fresh=None
             if self._unvetted is None
             else tuple(self._spec(j) for j in self._unvetted if self.queue.holds(j)),

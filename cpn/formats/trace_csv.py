@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,13 @@ OPTIONAL_COLUMNS = (
     "source_cluster",
     "precision",
     "duration_s",
+    "namespace",
+    "checkpoint_interval_s",
 )
 """Columns a job trace CSV may add; an empty cell means the JobSpec default. `duration_s` is an inference
-service's lifetime (seconds until it is deleted; empty = until deleted), given on service rows only."""
+service's lifetime (seconds until it is deleted; empty = until deleted), given on service rows only.
+`namespace` puts the job in a namespace (its id becomes `namespace/job_id`, which decides its team,
+config.teams); `checkpoint_interval_s` is how often it checkpoints."""
 
 
 def parse_text(value: str) -> str:
@@ -79,6 +84,17 @@ def parse_kind(value: str) -> str:
     return value
 
 
+def parse_namespace(value: str) -> str:
+    """A Kubernetes namespace name: lower-case letters, digits and '-', at most 63 characters."""
+    if not _NAMESPACE.fullmatch(value):
+        raise ValueError(
+            f"not a namespace name (lower-case letters, digits and '-', 1-63 characters): {value!r}"
+        )
+    return value
+
+
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "job_id": parse_text,
     "arrival_s": parse_non_negative,
@@ -96,6 +112,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "source_cluster": str,
     "precision": normalise_precision,
     "duration_s": parse_positive,
+    "namespace": parse_namespace,
+    "checkpoint_interval_s": parse_positive,
 }
 _MAY_BE_EMPTY = frozenset(OPTIONAL_COLUMNS) | {"batch_size", "total_steps"}
 
@@ -148,6 +166,14 @@ def load_trace_csv(path: Path | str) -> list[JobSpec]:
                             f"{where}: column duration_s: only an inference service has a lifetime; "
                             "a training job ends after its total_steps"
                         )
+                namespace = fields.pop("namespace", None)
+                if namespace is not None:
+                    if "/" in fields["job_id"]:
+                        raise TraceFormatError(
+                            f"{where}: column job_id: {fields['job_id']!r} has a namespace already; "
+                            "leave the namespace column empty or the id without one"
+                        )
+                    fields["job_id"] = f"{namespace}/{fields['job_id']}"
                 if fields["job_id"] in seen:
                     raise TraceFormatError(
                         f"{path}:{reader.line_num}: column job_id: repeats {fields['job_id']!r}"

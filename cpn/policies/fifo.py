@@ -3,7 +3,8 @@
 Jobs start strictly in queue order: higher `priority` first, then arrival. The head job takes the first
 option `cpn.policies.placement` offers (own pool before hybrid, then inventory order; pools, taints, CPU
 threshold, gangs and shared cards as that module says); if it cannot start now it blocks everything
-behind it (head-of-line blocking). A job that no node could ever take, even empty, is rejected in the
+behind it (head-of-line blocking); with teams (cpn.policies.teams), teams take turns in fair order and a
+head blocks only its own team. A job that no node could ever take, even empty, is rejected in the
 round it is new, wherever it queues (`Capacity.vet`), so the queue never blocks on it. Every job left
 queued gets its reason (cpn.policies.waiting).
 
@@ -17,11 +18,15 @@ from config.policies import FifoSettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot
 from cpn.policies.base import by_priority
 from cpn.policies.placement import Capacity
+from cpn.policies.teams import FairQueue
 from cpn.policies.waiting import WaitingExplainer
 
 
 class FifoPolicy:
     """Strict FIFO with first-fit placement; `memory_aware=False` is the seed's naive baseline."""
+
+    queue_order = True
+    """Takes the queue in `by_priority` order (what the forward look may rely on: cpn.engine.forecast)."""
 
     def __init__(self, memory_aware: bool = True) -> None:
         self.memory_aware = memory_aware
@@ -33,22 +38,23 @@ class FifoPolicy:
         capacity = Capacity(snapshot, self.memory_aware)
         placements: list[Placement] = []
         rejections, pending = capacity.vet(estimated=False)
-        queue = by_priority(pending)
-        left = len(queue)
-        for i, job in enumerate(queue):
+        queue = FairQueue(snapshot, by_priority(pending))  # with teams, each team's head blocks only its team
+        left: list = []
+        for job in queue:
             if capacity.exhausted:
-                left = i
+                left += [job, *queue.rest()]
                 break
             fit = capacity.fit(job)
-            if fit.options:
-                placements.append(capacity.take(fit.options[0], job))
-            elif (reason := fit.never or capacity.why_never(job)) is not None:
+            options = queue.allowed(job, fit.options)
+            if options:
+                queue.took(job, options[0])
+                placements.append(capacity.take(options[0], job))
+            elif not fit.options and (reason := fit.never or capacity.why_never(job)) is not None:
                 rejections.append(Rejection(job.job_id, reason))
             else:
-                left = i
-                break
+                left += [job, *queue.block(job)]
         waiting: tuple = ()
         if snapshot.explain:
             explainer = WaitingExplainer(capacity)
-            waiting = tuple(explainer.explain(job) for job in queue[left:])
+            waiting = tuple(queue.waiting(explainer, job) for job in left)
         return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)

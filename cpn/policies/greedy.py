@@ -5,7 +5,9 @@ The idea behind Gavel's throughput-aware policies, without preemption. Jobs are 
 that minimises its predicted finish, `now + transfer_s[job][cluster] + runtime_s[job][gpu type]` (no
 transfer where the job already is), ties to the earlier option (own pool before hybrid, then inventory
 order). Only what is free now counts: a job never waits for a faster type that is busy, and one that
-cannot start now is skipped, not waited for. GPU types without an estimate for the job are unusable for
+cannot start now is skipped, not waited for. With teams, teams take turns in fair order and a team takes
+only the options its quota and borrowing limit allow (cpn.policies.teams). GPU types without an
+estimate for the job are unusable for
 it. With `pessimism` (GreedySettings, default 1) > 0, runtimes are each estimate's upper quantile
 (`placement.pessimistic_runtime`): a job is not sent to a type whose estimate is a guess when one it is
 surer of finishes first on that reckoning. Memory-aware, as `fifo` is. A service (`JobSpec.is_service`)
@@ -22,6 +24,7 @@ from cpn.decisions import Decision, Placement, Rejection, Snapshot
 from cpn.jobs import JobSpec
 from cpn.policies.base import by_priority
 from cpn.policies.placement import NO_ESTIMATE, Capacity, Option, usable_runtimes
+from cpn.policies.teams import FairQueue
 from cpn.policies.waiting import WaitingExplainer
 
 
@@ -45,6 +48,10 @@ class GreedyPolicy:
     """Earliest predicted finish over the GPU types free now, jobs in queue order."""
 
     name = "greedy"
+    queue_order = True
+    """Takes the queue in `by_priority` order (what the forward look may rely on: cpn.engine.forecast)."""
+    skips_blocked = True
+    """A job that cannot start now is passed over and changes nothing for the rest (ditto)."""
 
     def __init__(self, settings: GreedySettings | None = None) -> None:
         self.settings = settings or GreedySettings()
@@ -56,10 +63,10 @@ class GreedyPolicy:
         rejections, pending = capacity.vet(estimated=True)
         left: list[JobSpec] = []
         hopeless = capacity.hopeless(snapshot.shapes)
-        queue = by_priority(pending)
-        for i, job in enumerate(queue):
+        queue = FairQueue(snapshot, by_priority(pending))  # teams in fair order (cpn.policies.teams)
+        for job in queue:
             if hopeless:  # nothing that waits could start on what is left: stop scanning the queue
-                left.extend(queue[i:])
+                left += [job, *queue.rest()]
                 break
             service = job.is_service
             if not service and not snapshot.estimates.get(job.job_id):
@@ -73,20 +80,22 @@ class GreedyPolicy:
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
                 continue
             fit = capacity.fit(job, runtimes)
-            if not fit.options:
+            options = queue.allowed(job, fit.options)
+            if not options:
                 if fit.never is not None:
                     rejections.append(Rejection(job.job_id, fit.never))
                 else:
                     left.append(job)
                 continue
             if runtimes is None:
-                best = service_option(snapshot, job, fit.options)
+                best = service_option(snapshot, job, options)
             else:
-                best = min(fit.options, key=lambda o: finish_time(snapshot, job, o, runtimes))
+                best = min(options, key=lambda o: finish_time(snapshot, job, o, runtimes))
+            queue.took(job, best)
             placements.append(capacity.take(best, job))
             hopeless = capacity.hopeless(snapshot.shapes)
         waiting: tuple = ()
         if snapshot.explain:
             explainer = WaitingExplainer(capacity)
-            waiting = tuple(explainer.explain(job, estimated=not job.is_service) for job in left)
+            waiting = tuple(queue.waiting(explainer, job, estimated=not job.is_service) for job in left)
         return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)

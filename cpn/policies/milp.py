@@ -33,6 +33,7 @@ from cpn.policies.base import by_priority
 from cpn.policies.greedy import GreedyPolicy, service_option
 from cpn.policies.placement import NO_ESTIMATE, Capacity, Group, usable_runtimes
 from cpn.policies.plan import GroupKey, Projection, Releases, releases
+from cpn.policies.teams import FairQueue
 from cpn.policies.waiting import WaitingExplainer
 from cpn.rules import is_sharing
 
@@ -128,6 +129,13 @@ class MilpPolicy:
         self.settings = settings or MilpSettings()
         self._greedy = GreedyPolicy(GreedySettings(pessimism=self.settings.pessimism))
 
+    @property
+    def forward(self) -> GreedyPolicy:
+        """The policy a forward look (cpn.engine.forecast) runs in this one's place: greedy with the same
+        pessimism, whose plan is this one's warm start and fallback (a solve at every simulated end
+        would cost as many solves as the queue has jobs)."""
+        return self._greedy
+
     # --- the round ---------------------------------------------------------------------------------
 
     def decide(self, snapshot: Snapshot) -> Decision:
@@ -175,6 +183,8 @@ class MilpPolicy:
         placements, waiting = self._realise(
             snapshot, capacity, released, jobs, services, window, plan, model, reserved, hold, first, ends
         )
+        placements, over = FairQueue(snapshot, ()).limit(placements)  # teams' borrowing limits
+        waiting += over
         stats = SolverRound(
             self.settings.solver,
             status,
@@ -198,7 +208,8 @@ class MilpPolicy:
         rejections, pending = capacity.vet(estimated=True)
         jobs, services = [], []
         admits: dict[tuple, bool] = {}
-        for job in by_priority(pending):
+        fair = FairQueue(snapshot, by_priority(pending))  # teams' turns, and their shares as weights
+        for job in fair:
             service = job.is_service
             runtimes = {} if service else usable_runtimes(snapshot, job)
             ranked = {} if service else usable_runtimes(snapshot, job, self.settings.pessimism)
@@ -224,7 +235,7 @@ class MilpPolicy:
                 reason = capacity.why_never(job, types) or "no GPU group could ever take it"
                 rejections.append(Rejection(job.job_id, reason))
                 continue
-            weight = 2.0 ** max(-20, min(20, job.priority))
+            weight = 2.0 ** max(-20, min(20, job.priority)) * fair.weight(job)
             found = _Job(job, runtimes, options, weight, min(d for _, d in options), costs)
             (services if service else jobs).append(found)
         return jobs, services, rejections

@@ -3,7 +3,9 @@
 Jobs are ranked by `priority` (higher first), then by their estimated runtime on their fastest GPU type
 (`snapshot.estimates`), ties in arrival order. Each takes the first option `cpn.policies.placement`
 offers among the GPU types it has an estimate for (own pool before hybrid, then inventory order); a job
-that cannot start now is skipped, not waited for, so short jobs behind it still start. Memory-aware, as
+that cannot start now is skipped, not waited for, so short jobs behind it still start. With teams, teams
+take turns in fair order, each in this order, and
+a team takes only the options its quota and borrowing limit allow (cpn.policies.teams). Memory-aware, as
 `fifo` is. A service (`JobSpec.is_service`) needs no estimate: it has no length to rank by and no end the
 queue could wait for, so it goes first within its priority, on any GPU type. A training job with no
 estimate for any GPU type (asked while anything is free) is rejected with the reason, and so is a job no
@@ -19,6 +21,7 @@ from config.policies import SjfSettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot
 from cpn.policies.base import by_priority
 from cpn.policies.placement import NO_ESTIMATE, Capacity, usable_runtimes
+from cpn.policies.teams import FairQueue
 from cpn.policies.waiting import WaitingExplainer
 
 
@@ -26,6 +29,9 @@ class SjfPolicy:
     """Shortest estimated job first, first fit, skipping jobs that cannot start now."""
 
     name = "sjf"
+    skips_blocked = True
+    """A job that cannot start now is passed over and changes nothing for the rest (what the forward
+    look may rely on: cpn.engine.forecast)."""
 
     def __init__(self, settings: SjfSettings | None = None) -> None:
         self.settings = settings or SjfSettings()
@@ -50,20 +56,25 @@ class SjfPolicy:
             else:
                 ranked.append((-job.priority, min(runtimes.values()), order, job, runtimes))
         ranked.sort(key=lambda r: r[:3])
-        for *_, job, runtimes in ranked:
+        by_id = {r[3].job_id: r[4] for r in ranked}
+        queue = FairQueue(snapshot, [r[3] for r in ranked])  # teams in fair order (cpn.policies.teams)
+        for job in queue:
+            runtimes = by_id[job.job_id]
             if hopeless or not capacity.worth_trying(job):
                 left.append(job)
                 continue
             fit = capacity.fit(job, runtimes)
-            if fit.options:
-                placements.append(capacity.take(fit.options[0], job))
+            options = queue.allowed(job, fit.options)
+            if options:
+                queue.took(job, options[0])
+                placements.append(capacity.take(options[0], job))
                 hopeless = capacity.hopeless(snapshot.shapes)
-            elif fit.never is not None:
+            elif not fit.options and fit.never is not None:
                 rejections.append(Rejection(job.job_id, fit.never))
             else:
                 left.append(job)
         waiting: tuple = ()
         if snapshot.explain:
             explainer = WaitingExplainer(capacity)
-            waiting = tuple(explainer.explain(job, estimated=not job.is_service) for job in left)
+            waiting = tuple(queue.waiting(explainer, job, estimated=not job.is_service) for job in left)
         return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)

@@ -15,6 +15,11 @@ any job now and frees its cards (a service `succeeded`, a training job `failed`,
 `logs` is a synthetic log for people (`cpn job logs`): the run's start, its step progress so far, its end;
 the runs that ended last keep theirs (ENDED_LOGS_KEPT), as a real cluster keeps a finished pod a while.
 
+A benchmark job (cpn.benchmarking) holds its card for its configured time (`JobSpec.duration_s`) and ends
+printing one `CPN_BENCH` line per reference workload: the ground truth's one-GPU rate of the workload's
+proxy configuration (`Workload.measured_as` in the benchmarks file) on the node's GPU type, in the file's
+unit and method; on a GPU type the truth has no rate of, it fails saying so.
+
 A job's end is an event on a heap ordered by (time, sequence number), so equal times resolve in
 submission order and the same inputs always give the same event sequence. A job sharing a card trains
 at its rate alone times the co-location factors of its partners (cpn.sim.colocation); when a partner
@@ -26,14 +31,17 @@ the wall clock and nothing is random; time moves only through `advance`.
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from config.benchmarks import Workload, load_benchmarks
 from cpn.adapters.gateway import DELETED_REASON, OOM_REASON, JobEvent, NoLog, SubmitRejected
 from cpn.admission import Refused, admit
+from cpn.benchmarking import is_benchmark, node_driver
 from cpn.clock import SimClock
 from cpn.decisions import Placement
 from cpn.inventory import Node, NodeState, SharedCard
@@ -130,9 +138,16 @@ class SimulatedGateway:
     """
 
     def __init__(
-        self, nodes: Sequence[Node], truth: GroundTruth, clock: SimClock, keep_executions: bool = True
+        self,
+        nodes: Sequence[Node],
+        truth: GroundTruth,
+        clock: SimClock,
+        keep_executions: bool = True,
+        bench_workloads: Mapping[str, Workload] | None = None,
     ) -> None:
         self.truth = truth
+        self._bench_workloads = bench_workloads
+        """Workloads a benchmark job measures; None = the shipped benchmarks file's, read when first asked."""
         self.keep_executions = keep_executions
         """Keep every finished run in `executions` (for reports); a long-running service turns it off."""
         self.clock = clock
@@ -193,7 +208,12 @@ class SimulatedGateway:
             free_gb = node.gpu_memory_gb
         else:
             free_gb = self._use[(node.cluster, node.name)].shared.get(card, _Card()).free_gb(node)
-        outcome = self.truth.outcome(job, node.gpu_type, job.num_gpus, free_gb, consolidated=len(plan) == 1)
+        if is_benchmark(job):
+            outcome = self._bench_outcome(job, node)
+        else:
+            outcome = self.truth.outcome(
+                job, node.gpu_type, job.num_gpus, free_gb, consolidated=len(plan) == 1
+            )
         run = _Run(
             job=job,
             held=self._hold(job, plan, card),
@@ -218,6 +238,35 @@ class SimulatedGateway:
             self._reschedule(node, card, now)
         else:
             self._push(run)
+
+    def _bench_scores(self, node: Node) -> list[dict] | str:
+        """A benchmark's result lines on `node` (as JSON objects), or why it cannot measure them."""
+        if self._bench_workloads is None:
+            self._bench_workloads = load_benchmarks().workloads
+        results = []
+        for name, workload in self._bench_workloads.items():
+            proxy = workload.measured_as
+            if proxy is None:
+                return f"workload {name} names no measured_as configuration to run"
+            probe = JobSpec(job_id="bench", model=proxy.model, batch_size=proxy.batch_size, total_steps=1)
+            sps = self.truth.steps_per_sec(probe, node.gpu_type, 1)
+            if sps is None or sps <= 0:
+                return (
+                    f"no measured throughput for {proxy.model} batch {proxy.batch_size} on 1x {node.gpu_type}"
+                )
+            line = {"workload": name, "score": round(sps * proxy.per_step, 4), "unit": workload.unit}
+            line |= {"method": workload.method, "gpu_product": node.gpu_product, "node": node.name}
+            if (driver := node_driver(node)) is not None:
+                line["driver"] = driver
+            results.append(line)
+        return results
+
+    def _bench_outcome(self, job: JobSpec, node: Node) -> RunOutcome:
+        """A benchmark job runs its configured time, or fails at start-up where it cannot measure."""
+        scores = self._bench_scores(node)
+        if isinstance(scores, str):
+            return RunOutcome(self.truth.load_s, False, scores)
+        return RunOutcome(job.duration_s or 0.0, True)
 
     def _hold(
         self, job: JobSpec, plan: tuple[tuple[Node, int, float], ...], card: int | None
@@ -333,7 +382,11 @@ class SimulatedGateway:
                 Execution(job_id, node.cluster, node.name, gpus, run.start, end, kind, reason, run.share)
             )
         self._events.append(JobEvent(job_id, kind, end, reason, self._measured_gb(run)))
-        self._ended[job_id] = (run, end, f"[{end:.1f}s] {kind}" + (f": {reason}" if reason else ""))
+        last = f"[{end:.1f}s] {kind}" + (f": {reason}" if reason else "")
+        if is_benchmark(run.job) and kind == "succeeded" and not deleted:
+            scores = self._bench_scores(run.held[0][0])
+            last = "\n".join([*(f"CPN_BENCH {json.dumps(s)}" for s in scores), last])
+        self._ended[job_id] = (run, end, last)
         self._ended.move_to_end(job_id)
         while len(self._ended) > ENDED_LOGS_KEPT:
             self._ended.popitem(last=False)
@@ -383,5 +436,5 @@ def _log_lines(run: _Run, now: float, last: str | None) -> list[str]:
         every = max(1, math.ceil(total / LOG_PROGRESS_LINES))
         lines += [f"step {step}/{total}" for step in range(every, int(done + 1e-6) + 1, every)]
     if last is not None:
-        lines.append(last)
+        lines += last.splitlines()
     return lines

@@ -1,8 +1,9 @@
-"""Real local servers for the integration tests: Prometheus, docker-registry, and a hand-built OCI image.
+"""Real local servers for the integration tests: Prometheus, docker-registry, PostgreSQL, and a hand-built
+OCI image.
 
 Every server runs on a free loopback port with a generated config in a temporary folder, and is always
-stopped (context managers). Needs the Debian packages `prometheus`, `docker-registry` and `skopeo`
-(`.ci/run` installs them).
+stopped (context managers). Needs the Debian packages `prometheus`, `docker-registry`, `skopeo` and
+`postgresql` (`make test` installs them).
 """
 
 from __future__ import annotations
@@ -10,10 +11,14 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import itertools
 import json
+import os
+import shutil
 import socket
 import subprocess
 import tarfile
+import tempfile
 import threading
 import time
 import urllib.error
@@ -90,6 +95,83 @@ def prometheus(tmp: Path, scrape_configs: list[dict], interval_s: float = 1.0) -
     finally:
         stop(proc)
         log.close()
+
+
+POSTGRES_PACKAGE = "apt-get install -y --no-install-recommends postgresql"
+"""What installs the PostgreSQL server binaries on Debian, for the message when they are missing."""
+
+
+def postgres_bindir() -> Path:
+    """The folder of PostgreSQL's server binaries (`initdb`, `pg_ctl`): `pg_config --bindir`, else the
+    newest /usr/lib/postgresql/VERSION/bin; fails naming the package to install if there is none."""
+    candidates = []
+    try:
+        found = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True)
+        candidates.append(Path(found.stdout.strip()))
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    installed = Path("/usr/lib/postgresql").glob("*/bin")
+    candidates += sorted(
+        installed, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True
+    )
+    for folder in candidates:
+        if (folder / "initdb").is_file() and (folder / "pg_ctl").is_file():
+            return folder
+    raise RuntimeError(f"the PostgreSQL server (initdb, pg_ctl) is not installed: run `{POSTGRES_PACKAGE}`")
+
+
+class Postgres:
+    """A running PostgreSQL server on loopback, trusting local connections of its superuser `postgres`."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._names = itertools.count(1)
+
+    def url(self, database: str) -> str:
+        """The URL of `database` on this server."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self) -> str:
+        """A new, empty database on this server; returns its URL."""
+        import psycopg
+
+        name = f"cpn_{next(self._names)}"
+        with psycopg.connect(self.url("postgres"), autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {name}")
+        return self.url(name)
+
+
+@contextmanager
+def postgres() -> Iterator[Postgres]:
+    """A real PostgreSQL server (Debian's package) in a fresh data folder, on a free loopback port.
+
+    `initdb` refuses to run as root: then the server runs as the `postgres` user, in a folder it owns.
+    Durability is switched off (fsync): the data are thrown away with the folder.
+    """
+    bindir = postgres_bindir()
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    # Not under pytest's temporary folder: when root runs the tests, only root may enter that one.
+    folder = Path(tempfile.mkdtemp(prefix="cpn-postgres-"))
+    data, port = folder / "data", free_port()
+    if as_user:
+        shutil.chown(folder, "postgres")
+
+    def run(*command: str) -> None:
+        done = subprocess.run([*as_user, *command], capture_output=True, text=True, timeout=60)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stdout}{done.stderr}")
+
+    try:
+        run(str(bindir / "initdb"), "-D", str(data), "--auth=trust", "-U", "postgres", "--no-sync")
+        options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"
+        log = str(folder / "server.log")
+        run(str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", log, "-w", "start")
+        try:
+            yield Postgres(port)
+        finally:
+            run(str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class Registry:

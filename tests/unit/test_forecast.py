@@ -109,3 +109,43 @@ def test_the_last_look_is_reused_while_the_state_is_the_one_it_predicted():
     (w,) = forecaster.apply(at_end, forecaster.policy.decide(at_end)).waiting
     assert (w.job_id, w.predicted_start, w.moved) == ("b", 150.0, "")
     assert forecaster.looks == 1
+
+
+class Counting:
+    """A production policy that counts its decisions (how often the forward look asks it)."""
+
+    def __init__(self, name: str) -> None:
+        self.policy = make_policy(name)
+        self.name = self.policy.name
+        self.queue_order = getattr(self.policy, "queue_order", False)
+        self.skips_blocked = getattr(self.policy, "skips_blocked", False)
+        self.decided = 0
+
+    def decide(self, snap: Snapshot):
+        self.decided += 1
+        return self.policy.decide(snap)
+
+
+def predictions(forecaster: Forecaster, snap: Snapshot) -> dict[str, tuple]:
+    decision = forecaster.apply(snap, forecaster.policy.policy.decide(snap))
+    return {w.job_id: (w.predicted_start, w.start_low, w.start_high, w.moved) for w in decision.waiting}
+
+
+@pytest.mark.parametrize(
+    ("policy", "runtime", "asked"),
+    [("greedy", 30.0, 1), ("fifo", 30.0, 1), ("sjf", 80.0, 4), ("sjf", 30.0, 4)],
+)
+def test_an_arrival_is_looked_at_from_where_it_could_start_and_predicts_as_a_fresh_look(
+    policy, runtime, asked
+):
+    runtimes = {"r": (100.0, 0.1), "a": (50.0, 0.1), "b": (60.0, 0.1), "c": (runtime, 0.1)}
+    first = snapshot(0.0, (job("a"), job("b")), {"r": holding(100.0)}, runtimes)
+    later = snapshot(10.0, (job("a"), job("b"), job("c")), {"r": holding(100.0)}, runtimes)
+    fresh = Forecaster(Counting(policy))
+    expected = predictions(fresh, later)
+    following = Forecaster(Counting(policy))
+    predictions(following, first)
+    following.looker.decided = 0
+    got = predictions(following, later)
+    assert {j: p[:3] for j, p in got.items()} == {j: p[:3] for j, p in expected.items()}
+    assert following.followed == 1 and following.looker.decided == asked

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.runtime import runtime_settings
+from config.runtime import job_store, runtime_settings, store_exists
 
 
 @pytest.fixture
@@ -38,3 +38,13 @@ def test_defaults_are_under_the_users_home_and_overrides_win(clean_env, tmp_path
     assert runtime_settings().store_path == tmp_path / ".cpn" / "jobs.db"
     clean_env.setenv("CPN_STORE", str(tmp_path / "elsewhere.db"))
     assert runtime_settings().store_path == tmp_path / "elsewhere.db"
+
+
+def test_the_store_may_be_a_database_url_and_a_sqlite_url_names_a_file(clean_env, tmp_path):
+    clean_env.chdir(tmp_path)
+    clean_env.setenv("CPN_STORE", "postgresql://cpn@db.example.org/cpn")
+    assert runtime_settings().store_path == "postgresql://cpn@db.example.org/cpn"
+    assert job_store(None) == "postgresql://cpn@db.example.org/cpn" and store_exists(job_store(None))
+    clean_env.setenv("CPN_STORE", "sqlite:///jobs.db")
+    assert runtime_settings().store_path == tmp_path / "jobs.db"
+    assert job_store("other.db") == tmp_path / "other.db" and not store_exists(job_store("other.db"))

@@ -1,4 +1,9 @@
-"""The durable job store: state machine, idempotent submission, history times, persistence."""
+"""The durable job store: state machine, idempotent submission, history times, persistence.
+
+A contract suite: every test taking `store` or `store_target` runs on a SQLite file and on a real
+PostgreSQL database (tests/conftest.py); SQLite's own behaviour (WAL, its files, stores written before
+the migrations) is tested on SQLite only.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,21 @@ from dataclasses import replace
 
 import pytest
 
+from cpn import migrations
 from cpn.clock import SimClock
 from cpn.decisions import Waiting
 from cpn.jobs import IllegalTransition, JobSpec, JobState
-from cpn.store import SCHEMA_VERSION, JobConflict, JobStore, StoreError, SubmitOutcome, Transition, UnknownJob
+from cpn.store import (
+    SCHEMA_VERSION,
+    JobConflict,
+    JobStore,
+    StoreDatabase,
+    StoreError,
+    StoreUnavailable,
+    SubmitOutcome,
+    Transition,
+    UnknownJob,
+)
 
 
 def spec(name: str = "a", **changes: object) -> JobSpec:
@@ -28,8 +44,8 @@ def clock() -> SimClock:
 
 
 @pytest.fixture
-def store(tmp_path, clock):
-    with JobStore(tmp_path / "jobs.db", clock) as s:
+def store(store_target, clock):
+    with JobStore(store_target, clock) as s:
         yield s
 
 
@@ -146,8 +162,8 @@ def test_conflicting_resubmission_stores_nothing_from_the_call(store, field, val
     assert len(store.transitions_all()) == 1
 
 
-def test_persists_across_reopen(tmp_path, clock):
-    path = tmp_path / "jobs.db"
+def test_persists_across_reopen(store_target, clock):
+    path = store_target
     with JobStore(path, clock) as first:
         first.submit([spec("a", gpu_share=0.5, source_cluster="bj")])
         first.transition("default/a", JobState.ASSIGNED, cluster="bj", node="n1")
@@ -203,14 +219,67 @@ def test_transitions_all_gives_reports_jct_and_wait(store, clock):
     assert {j: started[j] - queued[j] for j in started} == {"default/a": 20.0, "default/b": 40.0}
 
 
-def test_two_stores_on_one_file_see_each_others_writes(tmp_path, clock):
-    path = tmp_path / "jobs.db"
-    with JobStore(path, clock) as api, JobStore(path, clock) as scheduler:
+def test_two_stores_on_one_database_see_each_others_writes(store_target, clock):
+    with JobStore(store_target, clock) as api, JobStore(store_target, clock) as scheduler:
         api.submit([spec("a")])
         scheduler.transition("default/a", JobState.ASSIGNED, cluster="bj", node="n1")
         assert api.get("default/a").state is JobState.ASSIGNED
-        with closing(sqlite3.connect(path)) as raw:
-            assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_sqlite_store_is_in_wal_mode(tmp_path):
+    with JobStore(tmp_path / "jobs.db"), closing(sqlite3.connect(tmp_path / "jobs.db")) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_processes_submitting_the_same_jobs_at_once_store_each_once(store_target, clock):
+    """Writers race on the same new ids: each is created by exactly one, reported existing to the others."""
+    specs = [spec(f"j{i}") for i in range(30)]
+    stores = [JobStore(store_target, clock) for _ in range(3)]
+    outcomes: list[list[SubmitOutcome]] = []
+
+    def submit_one_by_one(store: JobStore) -> None:
+        outcomes.append([store.submit([s])[0] for s in specs])
+
+    threads = [threading.Thread(target=submit_one_by_one, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(outcomes) == len(stores), "a writer failed"
+    created = [o.job_id for run in outcomes for o in run if o.status == "created"]
+    assert sorted(created) == sorted(s.job_id for s in specs)
+    assert len(stores[0].transitions_all()) == 30
+    for s in stores:
+        s.close()
+
+
+def test_a_follower_sees_every_transition_once_while_writers_race(store_target, clock):
+    """Positions grow in commit order: a reader following `changes_since` never skips a late commit."""
+    with JobStore(store_target, clock) as setup:
+        setup.submit([spec(f"j{i}") for i in range(40)])
+    writers = [JobStore(store_target, clock) for _ in range(4)]
+
+    def walk(store: JobStore, names: list[str]) -> None:
+        for name in names:
+            store.transition(f"default/{name}", JobState.ASSIGNED, cluster="bj", node=name)
+
+    threads = [
+        threading.Thread(target=walk, args=(w, [f"j{i}" for i in range(k, 40, 4)]))
+        for k, w in enumerate(writers)
+    ]
+    seen: list[str] = []
+    with JobStore(store_target, clock) as follower:
+        after, _ = follower.changes_since(0)
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            after, changes = follower.changes_since(after)
+            seen += [c.job_id for c in changes if c.state is JobState.ASSIGNED]
+        after, changes = follower.changes_since(after)
+        seen += [c.job_id for c in changes if c.state is JobState.ASSIGNED]
+    for w in writers:
+        w.close()
+    assert sorted(seen) == sorted(f"default/j{i}" for i in range(40))
 
 
 def test_concurrent_threads_lose_no_writes(store):
@@ -238,6 +307,32 @@ def test_tens_of_thousands_of_jobs(store):
     pending = store.jobs(JobState.QUEUED)
     assert len(pending) == 20_000 and pending[-1].job_id == "default/j19999"
     assert store.counts()[JobState.QUEUED] == 20_000
+
+
+def test_refuses_a_store_a_newer_cpn_migrated(store_target):
+    JobStore(store_target).close()
+    with StoreDatabase(store_target) as database, database.write() as db:
+        db.exec_driver_sql("UPDATE alembic_version SET version_num = '9999'")
+    with pytest.raises(StoreError, match="schema 9999 is newer than this cpn"):
+        JobStore(store_target)
+
+
+def test_database_urls_pick_the_database_and_hide_the_password(tmp_path):
+    with JobStore(f"sqlite:///{tmp_path / 'jobs.db'}") as by_url:
+        by_url.submit([spec()])
+    with JobStore(tmp_path / "jobs.db") as by_path:
+        assert by_path.get("default/a").state is JobState.QUEUED
+    with pytest.raises(StoreError, match="a mysql URL cannot hold a job store") as refused:
+        JobStore("mysql://root@localhost/cpn")
+    assert "postgresql://" in str(refused.value)
+    with pytest.raises(StoreError, match="cannot open the job store") as unreachable:
+        JobStore("postgresql://cpn:s3cret@127.0.0.1:1/jobs")  # nothing listens on port 1
+    assert "s3cret" not in str(unreachable.value) and "postgresql://cpn:***@127.0.0.1:1/jobs" in str(
+        unreachable.value
+    )
+    with pytest.raises(StoreError, match="cannot read the database URL") as unreadable:
+        JobStore("postgresql://cpn:s3cret@db:port/jobs")
+    assert "s3cret" not in str(unreadable.value)
 
 
 def test_refuses_files_it_cannot_use(tmp_path):
@@ -273,7 +368,8 @@ def test_store_of_schema_1_is_upgraded_in_place_keeping_its_jobs(tmp_path, clock
     path = tmp_path / "v1.db"
     with JobStore(tmp_path / "donor.db", clock=clock) as donor:
         donor.submit([JobSpec(job_id="old", model="ResNet-18", batch_size=32, num_gpus=1, total_steps=10)])
-        spec_text = donor._read("SELECT spec FROM jobs")[0][0]
+    with closing(sqlite3.connect(tmp_path / "donor.db")) as raw:
+        spec_text = raw.execute("SELECT spec FROM jobs").fetchone()[0]
     with closing(sqlite3.connect(path)) as raw, raw:
         for statement in SCHEMA_1:
             raw.execute(statement)
@@ -298,6 +394,75 @@ def test_store_of_schema_1_is_upgraded_in_place_keeping_its_jobs(tmp_path, clock
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
+SCHEMA_4 = (
+    "CREATE TABLE jobs (seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL UNIQUE, spec TEXT NOT NULL, "
+    "state TEXT NOT NULL, cluster TEXT, node TEXT, location TEXT, submitted_at REAL NOT NULL, "
+    "updated_at REAL NOT NULL, placement TEXT, wait_code TEXT, wait_detail TEXT, predicted_start REAL, "
+    "first_predicted_start REAL, image TEXT, needs_more_than_gb REAL)",
+    "CREATE INDEX jobs_by_state ON jobs (state, seq)",
+    "CREATE TABLE transitions (seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL REFERENCES jobs (job_id), "
+    "from_state TEXT, to_state TEXT NOT NULL, time REAL NOT NULL, reason TEXT NOT NULL, cluster TEXT, "
+    "node TEXT, gpu_mem_gb REAL, log_tail TEXT NOT NULL DEFAULT '')",
+    "CREATE INDEX transitions_by_job ON transitions (job_id, seq)",
+)
+"""The last hand-written schema (version 4), as cpn wrote it before its migrations."""
+
+LEASE_TABLE = (
+    "CREATE TABLE scheduler_lease (id INTEGER PRIMARY KEY CHECK (id = 1), holder TEXT NOT NULL, "
+    "term INTEGER NOT NULL, expires_at REAL NOT NULL)"
+)
+"""The lease table that schema 4 gained just before the migrations."""
+
+
+@pytest.mark.parametrize("with_lease", [False, True])
+def test_store_of_schema_4_comes_under_the_migrations_keeping_jobs_history_and_lease(
+    tmp_path, clock, with_lease
+):
+    path = tmp_path / "v4.db"
+    spec_text = '{"job_id":"ns/old","model":"ResNet-18","num_gpus":2}'
+    with closing(sqlite3.connect(path)) as raw, raw:
+        for statement in SCHEMA_4 + ((LEASE_TABLE,) if with_lease else ()):
+            raw.execute(statement)
+        raw.execute(
+            "INSERT INTO jobs (job_id, spec, state, cluster, node, submitted_at, updated_at, placement) "
+            "VALUES ('ns/old', ?, 'assigned', 'bj', 'n1', 5, 7, '[[\"n1\", 2]]')",
+            (spec_text,),
+        )
+        raw.executemany(
+            "INSERT INTO transitions (job_id, from_state, to_state, time, reason) "
+            "VALUES ('ns/old', ?, ?, ?, ?)",
+            [(None, "queued", 5, "accepted"), ("queued", "assigned", 7, "")],
+        )
+        if with_lease:
+            raw.execute("INSERT INTO scheduler_lease VALUES (1, 'host:1:cpn run', 3, 0)")
+        raw.execute("PRAGMA user_version = 4")
+    with JobStore(path, clock) as store:
+        old = store.get("ns/old")
+        assert (old.state, old.placement, old.submitted_at) == (JobState.ASSIGNED, (("n1", 2),), 5.0)
+        assert [(t.to_state, t.time) for t in store.history("ns/old")] == [
+            (JobState.QUEUED, 5.0),
+            (JobState.ASSIGNED, 7.0),
+        ]
+        assert store.acquire_lease("host:2:cpn run", 30.0) == (4 if with_lease else 1)
+        store.submit([spec("new")])
+        assert [r.job_id for r in store.jobs()] == ["ns/old", "default/new"]
+    JobStore(tmp_path / "new.db").close()
+    with closing(sqlite3.connect(path)) as raw, closing(sqlite3.connect(tmp_path / "new.db")) as new:
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [(migrations.HEAD,)]
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert _columns(raw) == _columns(new)
+
+
+def _columns(db: sqlite3.Connection) -> dict[str, list[str]]:
+    """Every table's column names, in order."""
+    tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {t: [c[1] for c in db.execute(f"PRAGMA table_info({t})")] for t in sorted(tables)}
+
+
+def test_head_is_the_newest_migration():
+    assert migrations.HEAD == migrations.scripts().get_current_head()
+
+
 def test_waiting_reason_and_first_predicted_start_are_kept_until_the_job_leaves_the_queue(store, clock):
     store.submit([JobSpec(job_id="ns/a", model="m"), JobSpec(job_id="ns/b", model="m")])
     store.set_waiting([Waiting("ns/a", "memory", "needs 20 GB", predicted_start=50.0)])
@@ -318,6 +483,23 @@ def test_waiting_reason_and_first_predicted_start_are_kept_until_the_job_leaves_
     assert store.get("ns/a").waiting is None
     store.transition("ns/a", JobState.QUEUED, reason="submit refused")
     assert store.get("ns/a").placement == ()
+
+
+@pytest.mark.postgres
+@pytest.mark.integration
+def test_a_lost_server_connection_is_unavailable_and_the_next_call_reconnects(postgres_server):
+    url = postgres_server.create_database()
+    with JobStore(url) as store, StoreDatabase(url) as admin:
+        store.submit([spec()])
+        with admin.write() as db:
+            db.exec_driver_sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        with pytest.raises(StoreUnavailable, match="unreachable") as lost:
+            store.get("default/a")
+        assert lost.value.kind == "unreachable"
+        assert store.get("default/a").state is JobState.QUEUED
 
 
 def test_listeners_hear_of_new_jobs_only(store):

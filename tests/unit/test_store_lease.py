@@ -1,8 +1,12 @@
-"""The store's scheduler lease (one scheduler per store) and its read-only opening (dry runs)."""
+"""The store's scheduler lease (one scheduler per store) and its read-only opening (dry runs).
+
+The lease tests run on SQLite and on PostgreSQL (`store_target`, tests/conftest.py).
+"""
 
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from pathlib import Path
 
@@ -17,12 +21,12 @@ FLOW = "host-b:200:schedule-round"
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "jobs.db"
+def path(store_target):
+    return store_target
 
 
 @pytest.fixture
-def store(path: Path):
+def store(path):
     with JobStore(path) as s:
         yield s
 
@@ -63,6 +67,28 @@ def test_an_expired_lease_is_taken_over_in_a_new_term_and_the_old_holder_cannot_
     assert store.lease().holder == FLOW and store.lease().expires_at > time.time()
 
 
+def test_processes_racing_for_a_free_lease_get_it_once(path):
+    stores = [JobStore(path) for _ in range(4)]
+    won, refused = [], []
+
+    def take(store: JobStore, holder: str) -> None:
+        try:
+            won.append((holder, store.acquire_lease(holder, 30.0)))
+        except StoreLeased as exc:
+            refused.append(exc.holder)
+
+    threads = [threading.Thread(target=take, args=(s, f"host:{k}:cpn run")) for k, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and won[0][1] == 1
+    assert refused == [won[0][0]] * 3
+    assert stores[0].lease().holder == won[0][0]
+    for s in stores:
+        s.close()
+
+
 def test_renewal_extends_the_lease_of_its_holder_and_term_only(store):
     term = store.acquire_lease(RUN, 1.0)
     first = store.lease().expires_at
@@ -99,7 +125,8 @@ def _digest(*files: Path) -> list[str]:
     return [hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else "" for f in files]
 
 
-def test_read_only_store_reads_and_refuses_every_write_leaving_the_files_unchanged(path):
+def test_read_only_store_reads_and_refuses_every_write_leaving_the_files_unchanged(tmp_path):
+    path = tmp_path / "jobs.db"
     spec = JobSpec(job_id="default/a", model="ResNet-50", num_gpus=1, epochs=1)
     writer = JobStore(path, SimClock(5.0))  # kept open, as a live scheduler would, so the WAL stays
     writer.submit([spec])
@@ -115,6 +142,25 @@ def test_read_only_store_reads_and_refuses_every_write_leaving_the_files_unchang
     assert _digest(*files) == before
     assert writer.get("default/a").state == JobState.QUEUED
     writer.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.integration
+def test_read_only_database_reads_and_refuses_every_write(postgres_server):
+    url = postgres_server.create_database()
+    with JobStore(url) as writer:
+        writer.submit([JobSpec(job_id="default/a", model="ResNet-50")])
+    with JobStore(url, read_only=True) as reader:
+        assert [r.job_id for r in reader.jobs(JobState.QUEUED)] == ["default/a"]
+        for write in (
+            lambda: reader.transition("default/a", JobState.ASSIGNED, cluster="x", node="x-0"),
+            lambda: reader.submit([JobSpec(job_id="default/b", model="ResNet-50")]),
+            lambda: reader.acquire_lease(FLOW, 30.0),
+        ):
+            with pytest.raises(StoreUnavailable, match="read-only"):
+                write()
+    with JobStore(url) as again:
+        assert [r.job_id for r in again.jobs()] == ["default/a"] and again.lease() is None
 
 
 def test_read_only_refuses_a_missing_file_and_memory(tmp_path):

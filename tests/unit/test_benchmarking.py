@@ -1,0 +1,112 @@
+"""The benchmark loop on simulated clusters: a GPU type no benchmarks file knows is measured, then used."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+import yaml
+
+from cli import main
+from config.benchmarking import BenchmarkingSettings
+from config.benchmarks import load_benchmarks
+from config.settings import ClustersConfig
+from cpn.benchmarking import FailureLog, benchmark_job, plan_benchmarks, run_benchmarks
+from cpn.bootstrap import build_benchmark_clusters
+from cpn.decisions import Placement
+from cpn.formats.throughput import ThroughputRow, ThroughputTable
+from cpn.jobs import JobSpec
+from models.benchmark_runs import ingest_runs
+from models.benchmarks import BenchmarkCatalog
+
+A10 = "NVIDIA-A10"
+# Literal rates of the new type: the three proxies of config/benchmarks.yaml, and one user model.
+A10_ROWS = [
+    ThroughputRow("ResNet-50", 64, "a10", 1, 5.0),
+    ThroughputRow("CycleGAN", None, "a10", 1, 6.0),
+    ThroughputRow("Transformer", 64, "a10", 1, 10.0),
+    ThroughputRow("ResNet-18", 64, "a10", 1, 20.0),
+]
+SETTINGS = BenchmarkingSettings(seconds_per_workload=60, poll_s=30)
+
+
+def clusters(*groups: tuple[str, str]) -> ClustersConfig:
+    node_groups = [
+        {"name": name, "gpu_product": product, "gpus_per_node": 2, "gpu_memory_gb": 16, "cpu_cores": 16}
+        for name, product in groups
+    ]
+    return ClustersConfig.model_validate({"clusters": [{"name": "bj", "node_groups": node_groups}]})
+
+
+@pytest.fixture
+def table() -> ThroughputTable:
+    return ThroughputTable([*ThroughputTable.load(), *A10_ROWS])
+
+
+def test_a_new_gpu_type_is_measured_from_the_truth_then_scored_and_nothing_is_left(tmp_path, table):
+    lab = build_benchmark_clusters(clusters(("v", "Tesla-V100-SXM2-16GB"), ("a", A10)), table)
+    store = load_benchmarks()
+    plan = plan_benchmarks(lab.gateway.inventory(), store, SETTINGS)
+    assert [t.node.key for t in plan.targets] == ["bj/a-0"]  # V100 has scores of the store's method
+    assert "GPU type a10 has no score measured by gavel-proxy" in plan.targets[0].reason
+    (run,) = run_benchmarks(lab.gateway, plan.targets, SETTINGS, lab.clock, lab.wait)
+    assert (run.outcome, run.started, run.ended) == ("succeeded", 0.0, 180.0)  # 3 workloads x 60 s
+    out = tmp_path / "benchmarks.yaml"
+    ingested = ingest_runs([run], "config/benchmarks.yaml", out, date(2025, 1, 2))
+    assert ingested.changed
+    measured = load_benchmarks(out)
+    assert measured.gpus[A10].scores == pytest.approx({"resnet50": 320.0, "yolov8m": 6.0, "llama3": 640.0})
+    assert measured.nodes["a-0"].measured == date(2025, 1, 2)
+    assert BenchmarkCatalog.load(out).find(A10) is not None  # the predictor now scores the type
+    assert plan_benchmarks(lab.gateway.inventory(), measured, SETTINGS).targets == ()
+    # The new type is used: a job now runs on its cards.
+    job = JobSpec("u/r18", "ResNet-18", batch_size=64, total_steps=2000)
+    lab.gateway.submit(job, Placement(job.job_id, "bj", "a-0", 1))
+    lab.wait(200)
+    assert [e.kind for e in lab.gateway.poll_events()] == ["running", "succeeded"]
+
+
+def test_benchmark_job_is_pinned_exclusive_lowest_priority_and_waits_for_an_idle_card(table):
+    lab = build_benchmark_clusters(clusters(("a", A10)), table)
+    hog = JobSpec("u/hog", "ResNet-18", batch_size=64, num_gpus=2, total_steps=10**6)
+    lab.gateway.submit(hog, Placement(hog.job_id, "bj", "a-0", 2))
+    plan = plan_benchmarks(lab.gateway.inventory(), load_benchmarks(), SETTINGS)
+    assert plan.targets[0].reason.endswith("no idle card now: waits")
+    (run,) = run_benchmarks(lab.gateway, plan.targets, SETTINGS, lab.clock, lab.wait)
+    assert run.outcome == "busy" and lab.gateway.held_jobs() == {"u/hog"}  # never displaces a job
+    job = benchmark_job(plan.targets[0], SETTINGS)
+    assert (job.num_gpus, job.gpu_share, job.priority < hog.priority) == (1, None, True)
+    workload, script = yaml.safe_load_all(job.manifest)
+    assert workload["kind"] == "Job" and "nodeName" not in workload["spec"]["template"]["spec"]
+    assert (
+        script["metadata"]["name"] == workload["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+    )
+
+
+def test_a_failing_type_is_retried_once_then_reported(tmp_path):
+    # The truth has no rate on this type: its benchmark fails at start-up.
+    lab = build_benchmark_clusters(clusters(("x", "NVIDIA-H100-80GB-HBM3")), ThroughputTable.load())
+    failures = FailureLog(tmp_path / "failures.json")
+    for attempt in (1, 2):
+        plan = plan_benchmarks(lab.gateway.inventory(), load_benchmarks(), SETTINGS, failures.read())
+        (run,) = run_benchmarks(lab.gateway, plan.targets, SETTINGS, lab.clock, lab.wait)
+        assert run.outcome == "failed"
+        ingested = ingest_runs([run], "config/benchmarks.yaml", tmp_path / "b.yaml", date(2025, 1, 2))
+        assert not ingested.changed and ingested.runs[0].outcome == "failed"
+        assert failures.record(ingested.runs)["h100-80gb-hbm3"][0] == attempt
+    plan = plan_benchmarks(lab.gateway.inventory(), load_benchmarks(), SETTINGS, failures.read())
+    assert plan.targets == () and plan.reported[0].failures == 2
+    assert "no measured throughput for ResNet-50" in plan.reported[0].error
+
+
+def test_dry_run_prints_the_nodes_and_why(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CPN_HOME", str(tmp_path))
+    (tmp_path / "clusters.yaml").write_text(
+        yaml.safe_dump(clusters(("v", "Tesla-V100-SXM2-16GB"), ("a", A10)).model_dump(mode="json"))
+    )
+    (tmp_path / "benchmarking.yaml").write_text("every_node: true\n")
+    assert main(["benchmark", "--config", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    # every_node: the V100 node too, though its product has scores: the node has none of its own.
+    assert [line.split(":")[0] for line in out] == ["bj/a-0", "bj/v-0"]
+    assert all("the node has no score measured by gavel-proxy" in line for line in out)

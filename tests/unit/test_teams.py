@@ -1,0 +1,146 @@
+"""Teams on literal snapshots: a team below its quota goes first, idle quota is lent, a hard limit holds
+and says `over-quota`; the teams file's validation; the trace's namespace column; the bench's shares."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+
+from config.settings import ConfigError
+from config.teams import DEFAULT_TEAM, TeamsConfig, load_teams, quota_warnings
+from cpn.bench.report import JobTimeline
+from cpn.bench.teams import team_figures
+from cpn.decisions import RunningJob, Team, Teams
+from cpn.formats.trace_csv import TraceFormatError, load_trace_csv
+from cpn.jobs import JobState
+from cpn.policies import make_policy
+from cpn.sim.gateway import Execution
+from tests.unit.test_policies import job, node, snap, state
+
+POLICIES = ("fifo", "sjf", "greedy", "milp")
+
+
+def teams(*members: Team) -> Teams:
+    return Teams(
+        (*members, Team(DEFAULT_TEAM)),
+        MappingProxyType({m.name: m.name for m in members}),
+    )
+
+
+def running(n, team: str, cards: int) -> dict[str, RunningJob]:
+    return {f"{team}/run-{i}": RunningJob(1e9, ((n.key, 1),)) for i in range(cards)}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_team_below_its_quota_goes_first(policy):
+    """One card free; team a (at its quota) queued first, team b (below its quota) after: b's job starts."""
+    n = node("n0", gpus=4)
+    cfg = teams(Team("a", quota=(("v100", 2),)), Team("b", quota=(("v100", 2),)))
+    jobs = [job("a/j1"), job("b/j1")]
+    s = snap(
+        jobs, [state(n, free=1)], running=MappingProxyType(running(n, "a", 2) | running(n, "b", 1)), teams=cfg
+    )
+    decision = make_policy(policy).decide(s)
+    assert [p.job_id for p in decision.placements] == ["b/j1"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_without_teams_the_same_queue_keeps_its_order(policy):
+    n = node("n0", gpus=4)
+    s = snap([job("a/j1"), job("b/j1")], [state(n, free=1)], running=MappingProxyType(running(n, "a", 3)))
+    assert [p.job_id for p in make_policy(policy).decide(s).placements] == ["a/j1"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_idle_quota_is_lent(policy):
+    """Team a's quota is 2 cards, team b's 6 and idle: a (no borrowing limit) takes all 8 free cards."""
+    n = node("n0", gpus=8)
+    cfg = teams(Team("a", quota=(("v100", 2),)), Team("b", quota=(("v100", 6),)))
+    jobs = [job(f"a/j{i}") for i in range(8)]
+    decision = make_policy(policy).decide(snap(jobs, [state(n)], teams=cfg))
+    assert len(decision.placements) == 8
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_hard_limit_holds_and_says_over_quota(policy):
+    """Quota 2, borrowing limit 0: two of four jobs start on eight free cards; the others wait over-quota."""
+    n = node("n0", gpus=8)
+    cfg = teams(Team("a", quota=(("training", 2),), borrowing_limit=0))
+    jobs = [job(f"a/j{i}") for i in range(4)]
+    decision = make_policy(policy).decide(snap(jobs, [state(n)], teams=cfg))
+    assert len(decision.placements) == 2
+    codes = {w.job_id: w.code for w in decision.waiting}
+    assert len(codes) == 2 and set(codes.values()) == {"over-quota"}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_borrowing_limit_caps_borrowed_cards(policy):
+    """Quota 1 card, borrowing limit 2: three one-card jobs of five start."""
+    n = node("n0", gpus=8)
+    cfg = teams(Team("a", quota=(("v100", 1),), borrowing_limit=2))
+    decision = make_policy(policy).decide(snap([job(f"a/j{i}") for i in range(5)], [state(n)], teams=cfg))
+    assert len(decision.placements) == 3
+
+
+def test_teams_file_validation_names_the_field(tmp_path):
+    path = tmp_path / "teams.yaml"
+    path.write_text(
+        "teams:\n  - {name: a, namespaces: [x]}\n  - {name: b, namespaces: [x], borrowing_limit: -1}\n"
+    )
+    with pytest.raises(ConfigError, match="borrowing_limit"):
+        load_teams(path)
+    path.write_text("teams:\n  - {name: a, namespaces: [x]}\n  - {name: b, namespaces: [x]}\n")
+    with pytest.raises(ConfigError, match=r"teams\.1\.namespaces: 'x' is already in team 'a'"):
+        load_teams(path)
+    path.write_text("teams:\n  - {name: a, namespaces: [x], quota: {v100: -2}}\n")
+    with pytest.raises(ConfigError, match="teams.0.quota"):
+        load_teams(path)
+
+
+def test_a_quota_beyond_the_clusters_is_a_warning():
+    config = TeamsConfig.model_validate(
+        {"teams": [{"name": "a", "namespaces": ["a"], "quota": {"v100": 40}}]}
+    )
+    assert quota_warnings(config, {"v100": 36}) == [
+        "team a: quota v100=40 is more than the clusters have (36)"
+    ]
+    assert quota_warnings(config, {"v100": 40}) == []
+
+
+def test_trace_namespace_column(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "job_id,arrival_s,model,batch_size,num_gpus,total_steps,namespace,checkpoint_interval_s\n"
+        "j1,0,ResNet-18,32,1,100,vision,360\nj2,0,ResNet-18,32,1,100,,\n"
+    )
+    j1, j2 = load_trace_csv(path)
+    assert (j1.job_id, j1.checkpoint_interval_s) == ("vision/j1", 360.0)
+    assert (j2.job_id, j2.checkpoint_interval_s) == ("j2", None)
+    path.write_text(
+        "job_id,arrival_s,model,batch_size,num_gpus,total_steps,namespace\nj1,0,ResNet-18,32,1,100,Bad_NS\n"
+    )
+    with pytest.raises(TraceFormatError, match="column namespace"):
+        load_trace_csv(path)
+
+
+def test_team_figures_share_while_both_wait():
+    """a and b both wait over [0, 10); a holds 3 cards of the 4 used then: shares 0.75 / 0.25."""
+    cfg = teams(Team("a"), Team("b"))
+    lines = [
+        JobTimeline("a/1", 3, 0.0, 10.0, 20.0, JobState.SUCCEEDED),
+        JobTimeline("a/2", 3, 0.0, 0.0, 10.0, JobState.SUCCEEDED),
+        JobTimeline("b/1", 1, 0.0, 10.0, 20.0, JobState.SUCCEEDED),
+        JobTimeline("b/2", 1, 0.0, 0.0, 10.0, JobState.SUCCEEDED),
+    ]
+    runs = [
+        Execution("a/2", "c", "n", (0, 1, 2), 0.0, 10.0, "succeeded"),
+        Execution("b/2", "c", "n", (3,), 0.0, 10.0, "succeeded"),
+        Execution("a/1", "c", "n", (0, 1, 2), 10.0, 20.0, "succeeded"),
+    ]
+    out = team_figures(cfg, lines, runs)
+    assert out["teams"]["a"]["share_used"] == pytest.approx(0.75)
+    assert out["teams"]["b"]["share_entitled"] == pytest.approx(0.5)
+    assert out["fairness_error"] == pytest.approx(0.25)
+    assert out["gpu_hours"] == pytest.approx(70 / 3600)
+    assert out["teams"]["a"]["p99_wait_s"] == 10.0
