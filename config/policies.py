@@ -16,6 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 class _PolicyBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    preemption: bool = Field(
+        False,
+        description="May the policy preempt (cpn.policies.preemption, docs/teams.md): a team below its "
+        "quota whose jobs wait reclaims the cards other teams borrowed, stopping their jobs and queueing "
+        "them again with the progress of their last checkpoint. Off: a team waits for borrowed cards to "
+        "free.",
+    )
+
 
 class FifoSettings(_PolicyBase):
     """First in, first out (by priority, then arrival); `fifo-naive` ignores GPU memory."""

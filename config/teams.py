@@ -54,6 +54,13 @@ class TeamSettings(_Strict):
         "0 = a hard "
         "limit; none = no limit.",
     )
+    checkpoint_interval_s: float | None = Field(
+        None,
+        gt=0,
+        description="How often its jobs checkpoint when they do not say (a job's `checkpoint_interval_s`); "
+        "preemption reclaims their cards losing only the work since the last checkpoint. None = they "
+        "never checkpoint: all their work is lost when their borrowed cards are reclaimed.",
+    )
 
     @field_validator("quota")
     @classmethod

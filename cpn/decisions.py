@@ -44,6 +44,14 @@ class RunningJob:
     there is no estimate to predict it by: its cards do not come back in any plan."""
     cards: tuple[tuple[str, int], ...] = ()
     """(`cluster/node`, cards) of its gang; empty for a job on a shared card."""
+    started: float | None = None
+    """When its current run started (the snapshot's clock); None = not known (work lost unknown)."""
+    priority: int = 0
+    """Its priority (JobSpec.priority): preemption takes the lowest first."""
+    checkpoint_interval_s: float | None = None
+    """How often it checkpoints (its own, or its team's default); None = never: all its work is lost."""
+    preemptible: bool = True
+    """False for a job marked not preemptible (JobSpec.preemptible): no preemption ever stops it."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,8 @@ class Team:
     """(GPU product label, canonical GPU type or pool, cards) it is entitled to; empty = by weight alone."""
     borrowing_limit: int | None = None
     """Most cards beyond its quota; 0 = a hard limit; None = no limit."""
+    checkpoint_interval_s: float | None = None
+    """How often its jobs checkpoint when they do not say (JobSpec.checkpoint_interval_s); None = never."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,13 @@ class Teams:
         """The team of a job by its id's namespace (`ns/name`; an id with no namespace is the default's)."""
         ns, slash, _ = job_id.partition("/")
         return self.namespaces.get(ns, self.default) if slash else self.default
+
+    def checkpoint_interval(self, job: JobSpec) -> float | None:
+        """How often `job` checkpoints: its own interval, else its team's default; None = never."""
+        if job.checkpoint_interval_s is not None:
+            return job.checkpoint_interval_s
+        name = self.team_of(job.job_id)
+        return next((t.checkpoint_interval_s for t in self.teams if t.name == name), None)
 
 
 def shape_of(job: JobSpec) -> tuple:
@@ -166,6 +183,7 @@ WaitCode = Literal[
     "queue-order",
     "refused",
     "over-quota",
+    "reclaiming",
 ]
 """Why a job waits, one code per job and round:
 
@@ -181,7 +199,9 @@ WaitCode = Literal[
 - `refused`: the policy placed it, but the cluster refused the submission for now (the detail says why);
   it is planned again next round;
 - `over-quota`: its team is at its quota (cpn.policies.teams) and may borrow no more cards (a hard limit,
-  or its borrowing limit reached).
+  or its borrowing limit reached);
+- `reclaiming`: its team is below its quota and the policy preempts cards another team borrowed for it
+  (cpn.policies.preemption); the detail names the victims and when their cards free.
 """
 
 
@@ -204,6 +224,24 @@ class Waiting:
     moved: str = ""
     """Why the predicted start moved since the previous forward look (an arrival with higher priority, a
     job ending earlier or later than predicted, the nodes); empty when it did not move."""
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Stop running job `job_id` so that `for_job` gets its cards (cpn.policies.preemption): the scheduler
+    deletes it with `grace_s` and queues it again with the progress of its last checkpoint."""
+
+    job_id: str
+    for_job: str
+    """The waiting job the cards are reclaimed for."""
+    reason: str
+    """Human words: which team reclaims what from whom."""
+    cards: tuple[tuple[str, int], ...]
+    """(`cluster/node`, cards) it frees."""
+    lost_gpu_hours: float
+    """GPU-hours of work since its last checkpoint (all since its start when it never checkpoints)."""
+    grace_s: float
+    """Seconds it is given to stop (Kubernetes' termination grace period)."""
 
 
 @dataclass(frozen=True)
@@ -237,3 +275,6 @@ class Decision:
     """Why each job left queued waits (a policy may leave some out; the scheduler fills in the rest)."""
     solver: SolverRound | None = None
     """The optimiser's solve this round; None for policies that do not solve a model."""
+    preemptions: tuple[Preemption, ...] = ()
+    """Running jobs to stop to reclaim cards (a policy set with `preemption=true`); the scheduler carries
+    them out before it records the placements."""

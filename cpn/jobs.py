@@ -90,6 +90,9 @@ class JobSpec:
     checkpoint_interval_s: float | None = None
     """How often the job checkpoints (seconds; a trace's `checkpoint_interval_s` column); None = it does not
     say. Read by preemption (issue #21): a job that never checkpoints loses all its work when stopped."""
+    preemptible: bool = True
+    """False when it is marked not preemptible (the `preemptible: "false"` annotation): preemption never
+    stops it, whatever its team borrows."""
     manifest: str = field(default="", compare=False, repr=False)
     """The Kubernetes documents the job was accepted from (YAML): the workload, then the objects submitted
     with it (the Service of a Deployment); submitted unchanged but for placement."""
@@ -161,6 +164,9 @@ class Cause(StrEnum):
     """The run was killed for exceeding its GPU memory (queued again on larger cards, or failed)."""
     MIGRATION_FAILED = "migration-failed"
     """A copy of the job's image and data to another cluster failed (queued again, or failed)."""
+    PREEMPTED = "preempted"
+    """The run was stopped to reclaim its cards (cpn.policies.preemption) and queued again with the progress
+    of its last checkpoint."""
 
 
 class IllegalTransition(ValueError):

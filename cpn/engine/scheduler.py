@@ -168,6 +168,32 @@ class RoundStages(Protocol):
         """Stage 4: record the decision; returns (placements to migrate first, to submit now)."""
         ...
 
+    def preempt(self, decision: Decision) -> int:
+        """Carry out the decision's preemptions (cpn.policies.preemption): delete each job through the
+        gateway with its grace period, then queue it again, recording the reason, the cards reclaimed and
+        the GPU-hours lost (cause `preempted`). The cluster keeps the progress of its last checkpoint, and
+        the gateway gives its next run a new name generation, so nothing runs twice. A job that ended
+        meanwhile, or whose delete the cluster refuses, is left as it is; returns how many were stopped."""
+        stopped = 0
+        for p in decision.preemptions:
+            if self._state(p.job_id) not in (JobState.SUBMITTED, JobState.RUNNING):
+                continue
+            try:
+                self.gateway.delete(p.job_id, grace_s=p.grace_s)
+            except Exception:  # one cluster's failure must not hold up the round
+                log.exception("could not preempt %s; it keeps running", p.job_id)
+                continue
+            cards = ", ".join(f"{key} x{n}" for key, n in p.cards)
+            stopped += self._move(
+                p.job_id,
+                JobState.QUEUED,
+                reason=f"preempted for {p.for_job}: {p.reason}; cards {cards}; "
+                f"{p.lost_gpu_hours:.3f} GPU-hours lost since its last checkpoint",
+                cause=Cause.PREEMPTED,
+            )
+            self._running.pop(p.job_id, None)
+        return stopped
+
     def migrate(self, placements: list[Placement]) -> int:
         """Stage 5a: start the copies; returns how many."""
         ...
@@ -597,15 +623,22 @@ class Scheduler:
             return RunningJob(math.inf)
         spec = self._exclusive.get(job_id, record.spec)
         cards = () if is_sharing(spec) else tuple((f"{record.cluster}/{n}", c) for n, c in record.placement)
+        started = record.updated_at if record.state == JobState.RUNNING else self.clock.now()
+        checkpoints = self.teams.checkpoint_interval(spec) if self.teams is not None else spec.checkpoint_interval_s
+        known = {
+            "started": started,
+            "priority": spec.priority,
+            "checkpoint_interval_s": checkpoints,
+            "preemptible": spec.preemptible,
+        }
         if spec.is_service:  # runs until deleted: its cards do not come back
-            return RunningJob(math.inf, cards)
+            return RunningJob(math.inf, cards, **known)
         gpu = gpu_of.get((record.cluster or "", record.node or ""))
         estimate = self._estimates.get(job_id, {}).get(gpu)  # what the policy placed it by, while cached
         if estimate is None and gpu and self.estimator is not None:  # pruned since, or started before restart
             estimate = self.estimator.estimates((spec,), (gpu,)).get(job_id, {}).get(gpu)
-        started = record.updated_at if record.state == JobState.RUNNING else self.clock.now()
         end = started + estimate.runtime_s if estimate is not None else math.inf
-        return RunningJob(end, cards)
+        return RunningJob(end, cards, **known)
 
     def _explain_now(self) -> bool:
         wall = self.clock.monotonic()
@@ -657,6 +690,7 @@ class Scheduler:
         if self.lease is not None:  # the decide stage may have outlasted it
             self.lease.renew()
         self._unvetted = {}
+        self.preempt(decision)
         for job_id in [*(r.job_id for r in decision.rejections), *(p.job_id for p in decision.placements)]:
             self._waiting_written.pop(job_id, None)
         # A job cancelled since the snapshot (cpn.store.JobStore.cancel) is neither rejected nor placed.

@@ -22,6 +22,7 @@ from config.policies import (
 from cpn.policies.base import Policy
 from cpn.policies.fifo import FifoPolicy
 from cpn.policies.greedy import GreedyPolicy
+from cpn.policies.preemption import PreemptingPolicy
 from cpn.policies.sjf import SjfPolicy
 
 POLICIES: tuple[str, ...] = POLICY_NAMES
@@ -36,6 +37,11 @@ def make_policy(settings: PolicySettings | str, **overrides: Any) -> Policy:
         settings = policy_settings(settings, **overrides)
     elif overrides:
         settings = policy_settings(settings.name, **{**settings.model_dump(exclude={"name"}), **overrides})
+    policy = _policy(settings)
+    return PreemptingPolicy(policy) if settings.preemption else policy
+
+
+def _policy(settings: PolicySettings) -> Policy:
     match settings:
         case FifoSettings(name=name):
             return FifoPolicy(memory_aware=name == "fifo")

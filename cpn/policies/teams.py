@@ -269,7 +269,8 @@ def over_quota(use: TeamUse) -> str:
 def teams_of(config: TeamsConfig) -> Teams:
     """The domain's Teams from a teams file's settings, the default team (weight 1, no quota) added."""
     teams = tuple(
-        Team(t.name, t.weight, tuple(sorted(t.quota.items())), t.borrowing_limit) for t in config.teams
+        Team(t.name, t.weight, tuple(sorted(t.quota.items())), t.borrowing_limit, t.checkpoint_interval_s)
+        for t in config.teams
     )
     namespaces = {ns: t.name for t in config.teams for ns in t.namespaces}
     return Teams((*teams, Team(DEFAULT_TEAM)), namespaces, DEFAULT_TEAM)
