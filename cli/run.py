@@ -15,7 +15,7 @@ from cli.intake import add_security_arguments, security_from_args
 from config.runtime import job_store, runtime_settings
 from config.settings import DEMO_DIR, ConfigError, Profile, load_profile
 from cpn.bootstrap import Service, build_service
-from cpn.engine.lease import LeaseLost, lease_ttl
+from cpn.engine.lease import LeaseLost, holder_name, lease_ttl
 from cpn.engine.live import LiveLoop
 from cpn.engine.scheduler import RoundResult
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
@@ -36,8 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Stop with Ctrl-C or SIGTERM: the round in progress finishes first. Starting again on the same "
             "store resumes: queued jobs stay queued, running ones are reconciled, nothing is submitted "
             "twice. The API needs bearer tokens as `cpn serve` does (docs/security.md), or --no-auth on "
-            "loopback. One scheduler per store: while another process schedules the store (its lease is "
-            "renewed every round), `cpn run` refuses to start and names it."
+            "loopback. One scheduler per store: while another process schedules a store file (its lease is "
+            "renewed every round), `cpn run` refuses to start and names it; on a PostgreSQL store it starts "
+            "as a standby replica instead: it serves the API, tries to take the lease every few seconds, "
+            "and leads once the leader is gone (docs/service.md)."
         ),
     )
     p.add_argument("--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo)")
@@ -101,8 +103,9 @@ def _on_round(result: RoundResult) -> None:
 
 
 def build(args: argparse.Namespace, profile: Profile) -> Service:
-    """The service `args` and the loaded config folder describe, holding the store's scheduler lease (raises
-    ThroughputFormatError, StoreError, StoreLeased naming the process that holds it, ValueError)."""
+    """The service `args` and the loaded config folder describe, holding the store's scheduler lease, or, on
+    a database server's store another process leads, a standby (raises ThroughputFormatError, StoreError,
+    StoreLeased naming the process that holds a store file's lease, ValueError)."""
     from models.sources import estimate_source
 
     table = ThroughputTable.load(args.throughputs)
@@ -122,6 +125,7 @@ def build(args: argparse.Namespace, profile: Profile) -> Service:
         time_scale=args.time_scale,
         purpose="cpn run",
         lease_ttl_s=lease_ttl(_interval(args, profile)),
+        standby=True,
     )
 
 
@@ -151,6 +155,26 @@ def _interval(args: argparse.Namespace, profile: Profile) -> float:
     return args.interval or profile.loop.interval_s
 
 
+def _stand_by(service: Service, loop: LiveLoop) -> bool:
+    """Wait as a standby replica until this process takes the store's lease (True) or is stopped (False)."""
+    held = service.store.lease()
+    log.warning(
+        "standby: %s leads the store; this replica serves the API and takes the lease over when it is gone",
+        held.holder if held else "another process",
+    )
+    waited = time.monotonic()
+    if not loop.standby(service.try_lead):
+        return False
+    assert service.lease is not None
+    log.warning(
+        "took the store's scheduler lease as a standby of %.1f s: leading in term %d; reconciling with the "
+        "clusters",
+        time.monotonic() - waited,
+        service.lease.term,
+    )
+    return True
+
+
 def run_service(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM; exit 2 on bad configuration or while another process schedules the store,
     1 if another process takes the store over meanwhile."""
@@ -171,7 +195,7 @@ def run_service(args: argparse.Namespace) -> int:
         service = build(args, profile)
         capacity = Capacity(service.scheduler.cpu_threshold)
         after = after_each_round(args, profile, service)
-        telemetry = Telemetry(service.store, service.lease.holder if service.lease is not None else None)
+        telemetry = Telemetry(service.store, holder_name(service.purpose))
         instrument(service.scheduler, telemetry)
         load = service.scheduler.node_load
         health = load.health if isinstance(load, MeasuredLoad) else None
@@ -185,8 +209,10 @@ def run_service(args: argparse.Namespace) -> int:
     except (ConfigError, ThroughputFormatError, StoreError, ValueError, FileNotFoundError) as exc:
         print(f"cpn run: {exc}", file=sys.stderr)
         return 2
+    standby = not service.leads
     try:
-        service.start()
+        if not standby:
+            service.start()
         server = uvicorn.Server(
             uvicorn.Config(
                 mount_ui(
@@ -196,6 +222,7 @@ def run_service(args: argparse.Namespace) -> int:
                         metrics=telemetry.registry,
                         logs=service.gateway.logs,
                         clock="simulated" if isinstance(service.clock, SimClock) else "wall",
+                        leader=lambda: service.leads,
                     ),
                     service.store,
                     security,
@@ -229,7 +256,9 @@ def run_service(args: argparse.Namespace) -> int:
             flush=True,
         )
         try:
-            stats = loop.run()
+            if standby and _stand_by(service, loop):
+                service.start()
+            stats = loop.run()  # at once, for a standby stopped before it led
         except LeaseLost as exc:
             print(f"cpn run: {exc}", file=sys.stderr)
             return 1

@@ -23,8 +23,8 @@
   (200, `cancelled`); one on a cluster gets a cancel request the scheduler's next round carries out,
   deleting it there (202, `requested`); a job that had ended is left as it was (200, `finished`). 403
   with another namespace's token, 404 for an unknown job; who cancelled and when is in its history.
-- `GET /healthz`: the API is up (no token needed); job counts per state with a token
-  for every namespace.
+- `GET /healthz`: the API is up (no token needed), and, in `cpn run`, `"leader"`: whether this replica
+  leads the scheduling loop; job counts per state with a token for every namespace.
 - `GET /metrics`: cpn's own metrics in Prometheus' text format (no token needed, like `/healthz`:
   Prometheus scrapes without one; cpn.telemetry, docs/metrics.md), where the app was given a registry.
 
@@ -115,6 +115,7 @@ def create_app(
     metrics: CollectorRegistry | None = None,
     logs: LogSource | None = None,
     clock: Literal["wall", "simulated"] = "wall",
+    leader: Callable[[], bool] | None = None,
 ) -> FastAPI:
     """The intake API over `store`, admitting requests as `security` says; the caller owns the store.
 
@@ -123,7 +124,8 @@ def create_app(
     `metrics`: the registry `GET /metrics` serves (cpn.telemetry.Telemetry.registry); None: no `/metrics`.
     `logs` reads a job's log from the clusters (`cpn run` passes its gateway's; without it, as in `cpn
     serve`, only stored log tails are served); `clock` is the store's clock, which says how times are
-    shown (module doc).
+    shown (module doc). `leader` says whether this process leads the store's scheduling (`cpn run`'s
+    replicas), which `/healthz` answers as `"leader"`; None (`cpn serve`): not said.
     """
     app = FastAPI(
         title="cpn job intake",
@@ -233,10 +235,13 @@ def create_app(
     def healthz(request: Request) -> dict[str, Any]:
         """The API is up and its store answers; counts per state for a caller allowed every namespace."""
         counts = store.counts()
+        answer: dict[str, Any] = {"status": "ok"}
+        if leader is not None:
+            answer["leader"] = leader()
         principal = request.scope.get("cpn.principal")
         if principal is None or principal.namespaces is not None:
-            return {"status": "ok"}
-        return {"status": "ok", "jobs": {state.value: n for state, n in counts.items()}}
+            return answer
+        return answer | {"jobs": {state.value: n for state, n in counts.items()}}
 
     if metrics is not None:
 

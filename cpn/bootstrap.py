@@ -8,7 +8,8 @@ and the live service (`cpn run`) all build through it; they differ only in `time
 - `None` (replays, benchmarks, the demo): simulated time jumps from event to event, driven by the
   replay (cpn.sim.replay);
 - a number (`cpn run`): simulated clusters follow the wall clock that many times faster
-  (cpn.sim.driver), their submissions journaled beside the store so a restart resumes them.
+  (cpn.sim.driver), their submissions journaled beside a store file, or in a server's store, so a
+  restart, or a standby that takes over, resumes them.
 
 Nothing connects to a real system at import time; client libraries load only for clusters that need
 them. The estimate source is chosen by name in models.sources and handed in here.
@@ -36,10 +37,13 @@ from cpn.policies.base import Policy
 from cpn.sim.colocation import ColocationTable
 from cpn.sim.driver import SimDriver, Timeline
 from cpn.sim.gateway import GroundTruth, SimulatedGateway
-from cpn.sim.journal import JournaledGateway, SubmissionJournal
+from cpn.sim.journal import JournaledGateway, StoreJournal, SubmissionJournal
 from cpn.sim.migrator import SimulatedMigrator
-from cpn.store import JobStore, store_file
+from cpn.store import JobStore, StoreLeased, store_file
 from cpn.transfer import TransferTimes
+
+SIM_TIMELINE = "sim_timeline"
+"""The store fact (JobStore.meta) that keeps the simulated timeline of a server's store (cpn.sim.driver)."""
 
 REPLAY_EXPLAIN_EVERY_S = 1.0
 """A replay asks why jobs wait at most once per wall-clock second: replays run thousands of rounds a
@@ -64,7 +68,12 @@ class Service:
     journal: JournaledGateway | None = None
     """The simulated clusters' submission journal (`cpn run` only)."""
     lease: SchedulerLease | None = None
-    """The store's scheduler lease a live service that writes holds (None: read-only, or a replay)."""
+    """The store's scheduler lease a live service that writes holds (None: read-only, a replay, or a
+    standby until it takes the lease, `try_lead`)."""
+    purpose: str = "cpn"
+    """What the lease names this process for (cpn.engine.lease.holder_name)."""
+    lease_ttl_s: float = MIN_TTL_S
+    """How long the lease lasts unrenewed."""
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -75,6 +84,22 @@ class Service:
     def total_gpus(self) -> int:
         """Cards across all clusters."""
         return sum(n.gpu_count for n in self.nodes)
+
+    @property
+    def leads(self) -> bool:
+        """Whether this service holds the store's scheduler lease (the leader among replicas)."""
+        return self.lease is not None
+
+    def try_lead(self) -> bool:
+        """Take the store's scheduler lease if no other process holds it; returns whether this service
+        leads now. A standby calls it every few seconds, then `start`s (reconciling) once it leads."""
+        if self.lease is None:
+            try:
+                self.lease = SchedulerLease(self.store, self.purpose, self.lease_ttl_s)
+            except StoreLeased:
+                return False
+            self.scheduler.lease = self.lease
+        return True
 
     def start(self) -> None:
         """Bring a live service up to where it stopped: replay the simulated clusters' journal (reading it
@@ -144,35 +169,43 @@ def build_service(
     read_only: bool = False,
     purpose: str = "cpn",
     lease_ttl_s: float = MIN_TTL_S,
+    standby: bool = False,
 ) -> Service:
     """The scheduler over `clusters` with a job store at `store_path` (see the module doc).
 
     `table` is the simulated clusters' ground truth; `policy` a policy or its name; `node_load` adjusts
     node states by measured load (default, live: the Prometheus of every cluster that names one). A
     live service whose clusters all name a registry copies images with skopeo; otherwise copies are
-    simulated. With `time_scale`, a file beside the store keeps
-    the simulated timeline and another journals the simulated clusters' submissions (only beside a
-    store file: not for `:memory:`, which a restart cannot resume anyway, nor for a database server's
-    store, whose simulated clusters start afresh with each run); `wall` is the wall clock they follow.
+    simulated. With `time_scale`, the simulated timeline and a journal of the simulated clusters'
+    submissions are kept beside a store file (two files), or in the store on a database server, which
+    every replica shares (not for `:memory:`, which a restart cannot resume anyway); `wall` is the wall
+    clock they follow.
 
     A live service takes the store's scheduler lease (cpn.engine.lease; `purpose` names it, renewed
     within `lease_ttl_s`) before it writes anything, so a second scheduler on the store is refused
-    with StoreLeased, naming the holder. `read_only` opens the store for reading and writes no file:
-    a dry run's service, which takes no lease and must not record or submit anything.
+    with StoreLeased, naming the holder; with `standby`, on a database server's store, it is built
+    without the lease instead, a replica that serves reads and intake and takes the lease later
+    (Service.try_lead). A store file serves one machine: there the refusal stands. `read_only` opens
+    the store for reading and writes no file: a dry run's service, which takes no lease and must not
+    record or submit anything.
     """
     real = [c.name for c in clusters.clusters if c.kube_context]
     if real and time_scale not in (None, 1):
         raise ValueError(f"clusters {', '.join(real)} are real: they run on the wall clock, use time scale 1")
     live = time_scale is not None
     beside = store_file(store_path)  # the simulated clusters' files go beside a store file
-    durable = beside is not None
     sim_clock = SimClock()
     clock: Clock = WallClock() if real and live else sim_clock
     store = JobStore(store_path, clock=clock, read_only=read_only)
+    durable = beside is not None or store.on_server
     lease = None
     if live and not read_only:
         try:
             lease = SchedulerLease(store, purpose, lease_ttl_s)
+        except StoreLeased:
+            if not (standby and store.on_server):
+                store.close()
+                raise
         except BaseException:
             store.close()
             raise
@@ -184,7 +217,8 @@ def build_service(
         simulator = SimulatedGateway(nodes, ground_truth(table), sim_clock, keep_executions=not live)
         sim_gateway: ClusterGateway = simulator
         if live and durable:
-            journal = JournaledGateway(simulator, SubmissionJournal(f"{beside}.sim-journal"))
+            kept = StoreJournal(store) if beside is None else SubmissionJournal(f"{beside}.sim-journal")
+            journal = JournaledGateway(simulator, kept)
             sim_gateway = journal
         gateways.update(dict.fromkeys(simulated, sim_gateway))
     for name in real:
@@ -198,10 +232,12 @@ def build_service(
         now = wall()
         if real:
             timeline = Timeline(now, now, 1.0)
+        elif beside is not None:
+            timeline = Timeline.resume(Path(f"{beside}.sim-time"), float(time_scale), now, save=not read_only)
         elif durable:
-            timeline = Timeline.resume(
-                Path(f"{beside}.sim-time"), float(time_scale), now, save=not read_only
-            )
+            timeline = Timeline.continued(store.meta(SIM_TIMELINE), float(time_scale), now)
+            if not read_only:
+                store.set_meta(SIM_TIMELINE, timeline.saved())
         else:
             timeline = Timeline(now, 0.0, float(time_scale))
         if real:
@@ -233,6 +269,8 @@ def build_service(
         driver=driver,
         journal=journal,
         lease=lease,
+        purpose=purpose,
+        lease_ttl_s=lease_ttl_s,
     )
 
 

@@ -29,6 +29,9 @@ class Estimate:
     """Relative spread of the runtime estimate (0.1 = +-10%)."""
     explore: bool = False
     """The predictor has never seen this model: give its first run clean, exclusive resources."""
+    pending_benchmark: bool = False
+    """The GPU type has no benchmark scores yet, so there is no runtime (`runtime_s` is inf) until its
+    benchmark runs (cpn.benchmarking): the job runs elsewhere or waits (`pending-benchmark`)."""
 
 
 def _frozen_empty() -> Mapping:
@@ -184,6 +187,7 @@ WaitCode = Literal[
     "refused",
     "over-quota",
     "reclaiming",
+    "pending-benchmark",
 ]
 """Why a job waits, one code per job and round:
 
@@ -201,7 +205,9 @@ WaitCode = Literal[
 - `over-quota`: its team is at its quota (cpn.policies.teams) and may borrow no more cards (a hard limit,
   or its borrowing limit reached);
 - `reclaiming`: its team is below its quota and the policy preempts cards another team borrowed for it
-  (cpn.policies.preemption); the detail names the victims and when their cards free.
+  (cpn.policies.preemption); the detail names the victims and when their cards free;
+- `pending-benchmark`: the free cards it may use are of a GPU type with no benchmark scores yet (the
+  detail names it), so no runtime estimate until the benchmark loop measures it (Estimate.pending_benchmark).
 """
 
 

@@ -56,7 +56,7 @@ import difflib
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -176,6 +176,16 @@ class Annotations(BaseModel):
     )
     gpu_share: float | None = Field(
         None, gt=0, le=1, description="fraction of a card the job accepts to share, 0 < f <= 1"
+    )
+    checkpoint_interval_s: float | None = Field(
+        None,
+        gt=0,
+        le=10**7,
+        description="seconds between the job's checkpoints, a number > 0 (preemption keeps the work up to "
+        "the last one)",
+    )
+    preemptible: Literal["true", "false"] = Field(
+        "true", description='"false" marks the job not preemptible (quoted: annotation values are text)'
     )
     precision: str = Field(
         "fp32",
@@ -538,6 +548,8 @@ def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
         source_cluster=a.source_cluster,
         gpu_share=a.gpu_share,
         precision=a.precision,
+        checkpoint_interval_s=a.checkpoint_interval_s,
+        preemptible=a.preemptible == "true",
         gpu_products=gang.gpu_products,
         node_pools=gang.node_pools,
         gpu_memory_min_gb=gang.gpu_memory_min_gb,

@@ -36,6 +36,7 @@ from sqlalchemy import (
     case,
     column,
     create_engine,
+    delete,
     false,
     func,
     insert,
@@ -45,7 +46,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from cpn import migrations
 from cpn.clock import Clock, WallClock
@@ -102,6 +103,7 @@ TRANSITIONS = table(
             "gpu_mem_gb",
             "log_tail",
             "cause",  # cpn.jobs.Cause: what the transition counts as (retries)
+            "term",  # the scheduler lease's term an assignment or submission was recorded under
         ),
     ),
 )
@@ -116,6 +118,13 @@ LEASE = table("scheduler_lease", column("id"), column("holder"), column("term"),
 STORE_META = table("store_meta", column("key"), column("value"))
 """Facts about the store itself, by key (`COPY_IN_PROGRESS`)."""
 
+SIM_JOURNAL = table("sim_journal", column("seq"), column("entry"), column("term"))
+"""What simulated clusters were asked to run, one JSON entry a row (cpn.sim.journal), in a server's store."""
+
+FENCED = frozenset({JobState.ASSIGNED, JobState.MIGRATING, JobState.SUBMITTED})
+"""The moves a scheduler makes only as the leader: under a fence (`JobStore.fence`) each is refused unless
+the store's lease is still in the fence's term."""
+
 COPY_IN_PROGRESS = "copy_in_progress"
 """STORE_META key present while `cpn store copy` fills the store; its value names the source."""
 
@@ -124,7 +133,7 @@ COPY_SOURCE = select(STORE_META.c.value).where(STORE_META.c.key == COPY_IN_PROGR
 
 _JOB_COLUMNS = [c for c in JOBS.c if c.name not in ("seq", "job_id")]
 """The columns `_record` reads: all but the position (the id is in the spec)."""
-_TRANSITION_COLUMNS = [c for c in TRANSITIONS.c if c.name != "seq"]
+_TRANSITION_COLUMNS = [c for c in TRANSITIONS.c if c.name not in ("seq", "term")]
 _IN_CHUNK = 500
 """Ids per `IN (...)` query, well under SQLite's limit on bound parameters."""
 
@@ -351,6 +360,22 @@ class Lease:
     """Grows by one whenever a different holder takes the lease, so an older holder's term is stale."""
     expires_at: float
     """Unix time after which another process may take it over; 0 once released."""
+
+
+class LeaseLost(StoreError):
+    """Another process took the store's scheduler lease over: this one must stop scheduling at once."""
+
+
+class StaleTerm(LeaseLost):
+    """A leader's write under a term the store's lease has left: refused, nothing written (fencing)."""
+
+    def __init__(self, path: str, term: int, lease: Lease | None) -> None:
+        self.term = term
+        now = "no lease" if lease is None else f"term {lease.term}, held by {lease.holder}"
+        super().__init__(
+            f"{path}: a write of scheduler term {term} was refused: the store's lease is in {now} now; "
+            "this process no longer leads and stops scheduling"
+        )
 
 
 class StoreUnavailable(StoreError):
@@ -609,6 +634,8 @@ class StoreDatabase:
         else:
             state = getattr(exc.orig, "sqlstate", None) or ""
             kind = next((k for code, k in _POSTGRES_KINDS.items() if state.startswith(code)), "io")
+            if not state and isinstance(exc, OperationalError):  # no server answered: a refused connection
+                kind = "unreachable"
         return StoreUnavailable(self.path, kind, str(exc.orig).strip())
 
     def close(self) -> None:
@@ -662,13 +689,53 @@ class JobStore:
         self._database = StoreDatabase(path, read_only=read_only)
         self.path = self._database.path
         """The store's file or URL, any password hidden."""
+        self.on_server = self._database.dialect != "sqlite"
+        """Whether the store is on a database server (PostgreSQL), which replicas on many machines share."""
         self.read_only = read_only
         self._clock = clock or WallClock()
         self._listeners: list[Callable[[], None]] = []
+        self._term: int | None = None
         copying = self._database.read(COPY_SOURCE)
         if copying:
             self.close()
             raise StoreCopyUnfinished(self.path, copying[0][0])
+
+    def fence(self, term: int | None) -> None:
+        """Make every later FENCED move, and every journal entry, through this store carry scheduler term
+        `term` and be refused (StaleTerm, nothing written) once the lease has moved to another term; the
+        check runs in the write's own transaction, so a leader paused past its lease can never assign
+        or submit. None lifts the fence (a process that leads no more)."""
+        self._term = term
+
+    def _check_term(self, db: Connection) -> None:
+        """Raise StaleTerm in transaction `db` if a fence is set and the lease has left its term."""
+        if self._term is None:
+            return
+        row = db.execute(_LEASE_ROW).first()
+        if row is None or row.term != self._term:
+            raise StaleTerm(self.path, self._term, None if row is None else Lease(*row))
+
+    def append_journal(self, entry: str) -> None:
+        """Append one simulated-cluster journal entry (JSON text), fenced like a submission."""
+        with self._database.write() as db:
+            self._check_term(db)
+            db.execute(insert(SIM_JOURNAL).values(entry=entry, term=self._term))
+
+    def journal(self) -> list[str]:
+        """Every simulated-cluster journal entry, oldest first."""
+        rows = self._database.read(select(SIM_JOURNAL.c.entry).order_by(SIM_JOURNAL.c.seq))
+        return [entry for (entry,) in rows]
+
+    def meta(self, key: str) -> str | None:
+        """The store fact kept under `key` (STORE_META), None if none is."""
+        rows = self._database.read(select(STORE_META.c.value).where(STORE_META.c.key == key))
+        return rows[0][0] if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Keep `value` under `key` in STORE_META, replacing what was there."""
+        with self._database.write() as db:
+            db.execute(delete(STORE_META).where(STORE_META.c.key == key))
+            db.execute(insert(STORE_META).values(key=key, value=value))
 
     @property
     def _db(self) -> Any:
@@ -776,6 +843,9 @@ class JobStore:
             check_transition(job_id, old_state, new_state)
             if only_from is not None and old_state not in only_from:
                 raise IllegalTransition(f"job {job_id} is {old_state}, not {', '.join(sorted(only_from))}")
+            fenced = new_state in FENCED and self._term is not None
+            if fenced:
+                self._check_term(db)
             gang = None if placement is None else json.dumps([[n, c] for n, c in placement])
             if new_state in (JobState.QUEUED, JobState.SCHEDULE_FAILED):
                 cluster, node, gang = None, None, None
@@ -801,7 +871,8 @@ class JobStore:
                 _INSERT_TRANSITION,
                 _transition_row(
                     job_id, old_state, new_state, now, reason, cluster, node, gpu_mem_gb, log_tail, cause
-                ),
+                )
+                | {"term": self._term if fenced else None},
             )
 
     def cancel(self, job_id: str, by: str) -> CancelOutcome:

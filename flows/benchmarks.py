@@ -61,12 +61,14 @@ def benchmark_nodes(
     throughputs: str | None = None,
     tracking_uri: str | None = None,
     dry_run: bool = False,
+    training_table: str | None = None,
 ) -> dict:
     """Benchmark every node of an unmeasured GPU type (docs/predictor.md): plan, run the jobs where cards
     are idle, ingest the scores into the benchmarks store, record failures, log the round in MLflow and,
     when scores changed, retrain the predictor. `config_dir` (default the demo's) holds clusters.yaml and
     the optional benchmarking.yaml; `throughputs` is the simulated clusters' truth (default Gavel's
-    table). A dry run prints the plan and stops."""
+    table), `training_table` the predictor's (default: `throughputs`; another where the simulated world
+    has card types no measured table has). A dry run prints the plan and stops."""
     logger = get_run_logger()
     folder = config_dir or str(DEMO_DIR)
     profile, settings = load_profile(folder), load_benchmarking(folder)
@@ -101,7 +103,7 @@ def benchmark_nodes(
         logger.info("scores changed in %s: retraining the predictor", ingested.store)
         retrain(
             config_dir=folder,
-            throughputs=throughputs,
+            throughputs=training_table or throughputs,
             benchmarks=ingested.store,
             tracking_uri=uri,
             force=True,

@@ -135,24 +135,46 @@ class Predictor:
         cannot be estimated, as the oracle does, so that one such job or card does not fail the round: GPU
         types the benchmarks do not score, and jobs whose steps or configuration cannot be told (an
         inference service without steps); each logged. Policies place those jobs without a runtime or
-        say why they wait."""
+        say why they wait. A GPU type the benchmarks do not score yet gets `_unscored`'s estimates."""
         known = [g for g in gpu_types if self.catalog.find(g) is not None]
-        unscored = sorted(set(gpu_types) - set(known) - _UNSCORED_LOGGED)
-        if unscored:
-            _UNSCORED_LOGGED.update(unscored)
-            log.warning("no estimates on GPU types the benchmarks do not score: %s", ", ".join(unscored))
+        unscored = [g for g in gpu_types if g not in known]
+        if new := sorted(set(unscored) - _UNSCORED_LOGGED):
+            _UNSCORED_LOGGED.update(new)
+            log.warning("no runtime estimates on GPU types the benchmarks do not score: %s", ", ".join(new))
         try:
-            return self.estimate_many(jobs, known)
+            out = self.estimate_many(jobs, known)
         except PredictorInputError:
-            pass
-        out: dict[str, dict[str, Estimate]] = {}
-        for job in jobs:
-            try:
-                out.update(self.estimate_many([job], known))
-            except PredictorInputError as exc:
-                log.warning("no estimate for job %s: %s", job.job_id, exc)
-                out[job.job_id] = {}
+            out = {}
+            for job in jobs:
+                try:
+                    out.update(self.estimate_many([job], known))
+                except PredictorInputError as exc:
+                    log.warning("no estimate for job %s: %s", job.job_id, exc)
+                    out[job.job_id] = {}
+        if unscored:
+            for job in jobs:
+                out.setdefault(job.job_id, {}).update(self._unscored(job, out.get(job.job_id, {}), unscored))
         return out
+
+    def _unscored(
+        self, job: JobSpec, row: dict[str, Estimate], unscored: Sequence[str]
+    ) -> dict[str, Estimate]:
+        """`job`'s estimates on GPU types with no benchmark scores yet (`row`: its estimates on scored
+        types): a job to explore (its model unseen, every estimate a guess anyway) may go there, guessed
+        as slow as its slowest scored type; any other job has no runtime there until the type's benchmark
+        has run (Estimate.pending_benchmark). Nothing for a job that cannot be estimated at all."""
+        if not row:
+            try:
+                row = self.estimate_many([job], self.catalog.gpu_types()).get(job.job_id, {})
+            except PredictorInputError:
+                return {}
+        if not row:
+            return {}
+        if any(e.explore for e in row.values()):
+            slowest = max(row.values(), key=lambda e: e.runtime_s)
+            return dict.fromkeys(unscored, slowest)
+        memory = next(iter(row.values())).gpu_mem_gb
+        return dict.fromkeys(unscored, Estimate(math.inf, memory, pending_benchmark=True))
 
     def estimate_pairs(self, pairs: Sequence[tuple[JobSpec, str, str | None]]) -> list[Estimate]:
         """Estimates of (job, GPU type, node or None) triples, in order."""

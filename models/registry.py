@@ -342,7 +342,9 @@ def train_and_register(
                     input_example=queries_frame(holdout[:5]),
                     pip_requirements=_pip_requirements(),
                 )
-                won, reason = challenge(tracking_uri, model_name, holdout, predicted.steps_per_sec)
+                won, reason = challenge(
+                    tracking_uri, model_name, holdout, predicted.steps_per_sec, catalog.gpu_types()
+                )
                 version = None
                 if won:
                     version = _register(client, model_name, info.model_uri, run.info.run_id, name, reason)
@@ -431,14 +433,20 @@ def _load_version(tracking_uri: str, name: str, version: str) -> Predictor:
 
 
 def challenge(
-    tracking_uri: str, model_name: str, holdout: Sequence[ThroughputRow], candidate: np.ndarray
+    tracking_uri: str,
+    model_name: str,
+    holdout: Sequence[ThroughputRow],
+    candidate: np.ndarray,
+    gpu_types: Sequence[str] = (),
 ) -> tuple[bool, str]:
     """(should the candidate take the champion alias, why): it must beat the current champion on the
     held-out rows the champion did not train on, a fair comparison (both predict rows they never saw).
 
-    `candidate` is the candidate's predicted steps/s of `holdout`. No champion yet, or one that cannot
-    predict these rows: the candidate wins. No held-out row the champion did not train on: it keeps the
-    alias (no fair comparison is possible).
+    `candidate` is the candidate's predicted steps/s of `holdout`; `gpu_types` the GPU types its
+    benchmarks score. No champion yet, one that cannot predict these rows, or one whose benchmarks lack a
+    type the candidate's score (a new card type just benchmarked, which the champion cannot estimate at
+    all): the candidate wins. No held-out row the champion did not train on: it keeps the alias (no fair
+    comparison is possible).
     """
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     actual = np.array([r.steps_per_sec for r in holdout])
@@ -449,6 +457,11 @@ def challenge(
         return True, f"champion: first champion (held-out MAPE {mine:.3f})"
     try:
         champion = _load_version(tracking_uri, model_name, current.version)
+        if new := sorted(set(gpu_types) - set(champion.catalog.gpu_types())):
+            return True, (
+                f"champion: scores GPU types version {current.version} cannot estimate ({', '.join(new)}); "
+                f"held-out MAPE {mine:.3f}"
+            )
         fair = ~champion.trained_on([query_of(r) for r in holdout])
         if not fair.any():
             return False, (

@@ -56,11 +56,11 @@ class ClusterSet:
             raise SubmitRejected(f"no cluster {placement.cluster!r}; known: {', '.join(self._by_cluster)}")
         gateway.submit(job, placement)
 
-    def delete(self, job_id: str) -> None:
+    def delete(self, job_id: str, grace_s: float | None = None) -> None:
         """Delete the job on whichever gateway holds it (none: nothing to do)."""
         for gateway in self._distinct:
             if job_id in gateway.held_jobs():
-                gateway.delete(job_id)
+                gateway.delete(job_id, grace_s)
 
     def logs(self, job_id: str, tail_lines: int) -> str:
         """The job's log from the first gateway that has one; NoLog when none has."""

@@ -66,10 +66,11 @@ class ClusterGateway(Protocol):
         """Start `job` as placed; raise SubmitRejected if the cluster refuses it."""
         ...
 
-    def delete(self, job_id: str) -> None:
+    def delete(self, job_id: str, grace_s: float | None = None) -> None:
         """Remove a submitted job from its cluster and free its cards at once; its end follows from
         `poll_events` (reason DELETED_REASON). A job the clusters do not hold is left alone (deleting is
-        idempotent)."""
+        idempotent). `grace_s`: seconds its pods get to stop (a preemption's grace period); None = the
+        cluster's default."""
         ...
 
     def poll_events(self) -> list[JobEvent]:

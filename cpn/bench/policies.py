@@ -159,7 +159,7 @@ def run_policy(
     summary.update(copies_per_job(lines))
     summary.update(solver_summary(recorder.solver_rounds))
     if teams is not None:
-        summary.update(team_figures(teams, lines, sim.simulator.executions))
+        summary.update(team_figures(teams, lines, sim.simulator.executions, sim.simulator.preempted))
     sim.store.close()
     return PolicyRun(run_name(settings), summary, lines, tuple(sim.simulator.executions), settings)
 

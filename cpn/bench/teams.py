@@ -4,7 +4,11 @@
 - `share_used`: its share of the GPU-hours used while every team with jobs had work waiting (some job
   arrived and not yet started); None when there was no such time;
 - `p50_wait_s`, `p99_wait_s`: its jobs' waits from arrival to first start (jobs that started);
-- `fairness_error`: the largest |share_used - share_entitled| over the teams (None without contention).
+- `fairness_error`: the largest |share_used - share_entitled| over the teams (None without contention);
+- `gpu_hours`: work done: GPU-hours of runs that succeeded, plus those of stopped runs up to their last
+  checkpoint (kept by their next run);
+- `preemptions`, `lost_gpu_hours`: runs stopped to reclaim cards (cpn.policies.preemption) and the GPU-hours
+  they lost: the work since their last checkpoint and the restart cost (cpn.sim.gateway.Stopped).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from cpn.bench.report import JobTimeline
 from cpn.decisions import Teams
-from cpn.sim.gateway import Execution
+from cpn.sim.gateway import Execution, Stopped
 
 Interval = tuple[float, float]
 
@@ -52,9 +56,14 @@ def _quantile(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def team_figures(teams: Teams, timelines: Sequence[JobTimeline], executions: Sequence[Execution]) -> dict:
+def team_figures(
+    teams: Teams,
+    timelines: Sequence[JobTimeline],
+    executions: Sequence[Execution],
+    stopped: Sequence[Stopped] = (),
+) -> dict:
     """`{"teams": {name: figures}, "fairness_error", "gpu_hours", "preemptions", "lost_gpu_hours"}` of one
-    replay (module doc). No policy preempts yet: `preemptions` and `lost_gpu_hours` are 0."""
+    replay (module doc); `stopped`: the runs the simulator stopped (SimulatedGateway.preempted)."""
     by_team: dict[str, list[JobTimeline]] = {}
     for line in timelines:
         by_team.setdefault(teams.team_of(line.job_id), []).append(line)
@@ -92,7 +101,7 @@ def team_figures(teams: Teams, timelines: Sequence[JobTimeline], executions: Seq
     return {
         "teams": out,
         "fairness_error": max(errors) if errors else None,
-        "gpu_hours": gpu_hours,
-        "preemptions": 0,
-        "lost_gpu_hours": 0.0,
+        "gpu_hours": gpu_hours + sum(s.kept_gpu_s for s in stopped) / 3600,
+        "preemptions": len(stopped),
+        "lost_gpu_hours": sum(s.lost_gpu_s for s in stopped) / 3600,
     }

@@ -14,8 +14,14 @@ the latest of the ends that freed its cards, and the spread adds up along a chai
 
 `Forecaster` keeps the latest look and reuses it while nothing it depended on changed (no arrival, no
 end earlier or later than predicted, the same nodes, the decision the look predicted for now): with
-exact estimates and no arrivals, a replay looks forward once per arrival, not once per round. When it
-looks again, each prediction that moved says why (`Waiting.moved`).
+exact estimates and no arrivals, a replay looks forward once per arrival, not once per round. When only
+arrivals changed, the new look follows the last one's decisions without asking the policy up to the
+first simulated end where an arrival could start (`_Follow`: what the policy declares of itself,
+`queue_order` and `skips_blocked`, says when an arrival cannot change an end's decision), and asks the
+policy from there on. When it looks again, each prediction that moved says why (`Waiting.moved`).
+
+A policy may name a stand-in to look with (`forward`): the optimiser looks with its greedy plan, as
+solving its model at every simulated end would cost a solve per queued job.
 """
 
 from __future__ import annotations

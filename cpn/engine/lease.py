@@ -7,6 +7,11 @@ decisions (`cpn run`, a `schedule-round` run that is not dry) first takes the st
 holder. A process that stops releases it. One that died frees the store when its lease expires, or
 at once for a process on this host: a holder whose pid no longer runs here is taken over (a pid
 reused meanwhile only makes the newcomer wait for the expiry).
+
+Fencing: while it holds the lease, the process's store carries the lease's term (JobStore.fence), and the
+store refuses every assignment, submission and simulated-cluster journal entry whose term the lease has
+left (StaleTerm, a LeaseLost), in the write's own transaction: a leader paused past its lease, whose
+successor took over, can never assign or submit again.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import logging
 import os
 import socket
 
-from cpn.store import JobStore, StoreError, StoreLeased
+from cpn.store import JobStore, LeaseLost, StoreLeased
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +52,12 @@ def gone_from_this_host(holder: str) -> bool:
     return False
 
 
-class LeaseLost(StoreError):
-    """Another process took the store's lease over: this one must stop scheduling at once."""
-
-
 class SchedulerLease:
     """The lease this process holds on `store`, in one term."""
 
     def __init__(self, store: JobStore, purpose: str, ttl_s: float) -> None:
-        """Take the lease (raises cpn.store.StoreLeased, naming the holder, while another holds it)."""
+        """Take the lease and fence `store` with its term (raises cpn.store.StoreLeased, naming the holder,
+        while another holds it)."""
         self.store = store
         self.holder = holder_name(purpose)
         self.ttl_s = ttl_s
@@ -68,6 +70,7 @@ class SchedulerLease:
             log.warning("taking the store's scheduler lease over from %s: that process is gone", held.holder)
             store.release_lease(held.holder, held.term)
             self.term = store.acquire_lease(self.holder, ttl_s)
+        store.fence(self.term)
 
     def renew(self) -> None:
         """Extend the lease by its ttl from now; LeaseLost if another process holds it now."""
@@ -81,4 +84,5 @@ class SchedulerLease:
 
     def release(self) -> None:
         """Free the store for the next scheduler now (nothing happens if the lease was lost)."""
+        self.store.fence(None)
         self.store.release_lease(self.holder, self.term)

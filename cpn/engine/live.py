@@ -5,7 +5,11 @@ listener wakes the loop), or, on simulated clusters, the next simulated event fa
 request (SIGINT/SIGTERM in `cpn run`) lets the round in progress finish, then the loop returns.
 
 The scheduler renews the store's scheduler lease every round (cpn.engine.lease): the interval is what
-bounds the time between renewals. Losing the lease to another process ends the loop at once.
+bounds the time between renewals. Losing the lease to another process (or a write refused for a term the
+lease has left, cpn.store.StaleTerm) ends the loop at once.
+
+A replica that does not lead waits as a standby first (`standby`): it tries to take the lease every
+`STANDBY_RETRY_S` seconds and runs rounds once it has it.
 """
 
 from __future__ import annotations
@@ -18,8 +22,13 @@ from typing import Protocol
 
 from cpn.engine.lease import LeaseLost
 from cpn.engine.scheduler import RoundResult, Scheduler
+from cpn.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
+
+STANDBY_RETRY_S = 2.0
+"""How often a standby tries to take the lease (client-go's leader election retries every 2 s): a
+leader's death on this host is noticed within this; one elsewhere within its lease's ttl."""
 
 
 class Simulation(Protocol):
@@ -78,6 +87,18 @@ class LiveLoop:
     def stopping(self) -> bool:
         """Whether a stop was asked for."""
         return self._stop.is_set()
+
+    def standby(self, try_lead: Callable[[], bool], every_s: float = STANDBY_RETRY_S) -> bool:
+        """Wait until `try_lead()` says this process leads (True), calling it every `every_s` seconds, or
+        until a stop is asked for (False). A store that cannot be reached meanwhile is tried again."""
+        while not self._stop.is_set():
+            try:
+                if try_lead():
+                    return True
+            except StoreUnavailable as exc:
+                log.warning("standby: %s", exc)
+            self._stop.wait(every_s)
+        return False
 
     def run_once(self) -> RoundResult:
         """One round, simulated clusters first brought up to now."""

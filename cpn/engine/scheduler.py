@@ -168,32 +168,6 @@ class RoundStages(Protocol):
         """Stage 4: record the decision; returns (placements to migrate first, to submit now)."""
         ...
 
-    def preempt(self, decision: Decision) -> int:
-        """Carry out the decision's preemptions (cpn.policies.preemption): delete each job through the
-        gateway with its grace period, then queue it again, recording the reason, the cards reclaimed and
-        the GPU-hours lost (cause `preempted`). The cluster keeps the progress of its last checkpoint, and
-        the gateway gives its next run a new name generation, so nothing runs twice. A job that ended
-        meanwhile, or whose delete the cluster refuses, is left as it is; returns how many were stopped."""
-        stopped = 0
-        for p in decision.preemptions:
-            if self._state(p.job_id) not in (JobState.SUBMITTED, JobState.RUNNING):
-                continue
-            try:
-                self.gateway.delete(p.job_id, grace_s=p.grace_s)
-            except Exception:  # one cluster's failure must not hold up the round
-                log.exception("could not preempt %s; it keeps running", p.job_id)
-                continue
-            cards = ", ".join(f"{key} x{n}" for key, n in p.cards)
-            stopped += self._move(
-                p.job_id,
-                JobState.QUEUED,
-                reason=f"preempted for {p.for_job}: {p.reason}; cards {cards}; "
-                f"{p.lost_gpu_hours:.3f} GPU-hours lost since its last checkpoint",
-                cause=Cause.PREEMPTED,
-            )
-            self._running.pop(p.job_id, None)
-        return stopped
-
     def migrate(self, placements: list[Placement]) -> int:
         """Stage 5a: start the copies; returns how many."""
         ...
@@ -513,8 +487,14 @@ class Scheduler:
                     self._exclusive[job.job_id] = replace(job, gpu_share=None)
 
     def _spec(self, job_id: str) -> JobSpec:
-        """The spec to place and submit: whole cards for a job to explore, else as submitted."""
-        return self._exclusive.get(job_id) or self.queue.spec(job_id)
+        """The spec to place and submit: whole cards for a job to explore, else as submitted; with its
+        team's checkpoint interval when it gives none (Teams.checkpoint_interval)."""
+        spec = self._exclusive.get(job_id) or self.queue.spec(job_id)
+        if self.teams is not None and spec.checkpoint_interval_s is None:
+            interval = self.teams.checkpoint_interval(spec)
+            if interval is not None:
+                return replace(spec, checkpoint_interval_s=interval)
+        return spec
 
     def _holders(self, job_id: str) -> frozenset[str]:
         """Clusters holding a queued job's image and data: where they are now (its `location`) and its
@@ -624,7 +604,9 @@ class Scheduler:
         spec = self._exclusive.get(job_id, record.spec)
         cards = () if is_sharing(spec) else tuple((f"{record.cluster}/{n}", c) for n, c in record.placement)
         started = record.updated_at if record.state == JobState.RUNNING else self.clock.now()
-        checkpoints = self.teams.checkpoint_interval(spec) if self.teams is not None else spec.checkpoint_interval_s
+        checkpoints = spec.checkpoint_interval_s
+        if self.teams is not None:
+            checkpoints = self.teams.checkpoint_interval(spec)
         known = {
             "started": started,
             "priority": spec.priority,
@@ -713,6 +695,32 @@ class Scheduler:
             else:
                 to_submit.append(placement)
         return to_migrate, to_submit
+
+    def preempt(self, decision: Decision) -> int:
+        """Carry out the decision's preemptions (cpn.policies.preemption): delete each job through the
+        gateway with its grace period, then queue it again, recording the reason, the cards reclaimed and
+        the GPU-hours lost (cause `preempted`). The cluster keeps the progress of its last checkpoint, and
+        the gateway gives its next run a new name generation, so nothing runs twice. A job that ended
+        meanwhile, or whose delete the cluster refuses, is left as it is; returns how many were stopped."""
+        stopped = 0
+        for p in decision.preemptions:
+            if self._state(p.job_id) not in (JobState.SUBMITTED, JobState.RUNNING):
+                continue
+            try:
+                self.gateway.delete(p.job_id, grace_s=p.grace_s)
+            except Exception:  # one cluster's failure must not hold up the round
+                log.exception("could not preempt %s; it keeps running", p.job_id)
+                continue
+            cards = ", ".join(f"{key} x{n}" for key, n in p.cards)
+            stopped += self._move(
+                p.job_id,
+                JobState.QUEUED,
+                reason=f"preempted for {p.for_job}: {p.reason}; cards {cards}; "
+                f"{p.lost_gpu_hours:.3f} GPU-hours lost since its last checkpoint",
+                cause=Cause.PREEMPTED,
+            )
+            self._running.pop(p.job_id, None)
+        return stopped
 
     def migrate(self, placements: list[Placement]) -> int:
         """Stage 5a: start copying each job's image and data to its chosen cluster, from the cluster

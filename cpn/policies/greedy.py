@@ -23,7 +23,7 @@ from config.policies import GreedySettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot
 from cpn.jobs import JobSpec
 from cpn.policies.base import by_priority
-from cpn.policies.placement import NO_ESTIMATE, Capacity, Option, usable_runtimes
+from cpn.policies.placement import NO_ESTIMATE, Capacity, Option, awaits_benchmark, usable_runtimes
 from cpn.policies.teams import FairQueue
 from cpn.policies.waiting import WaitingExplainer
 
@@ -77,7 +77,10 @@ class GreedyPolicy:
                 continue
             runtimes = None if service else usable_runtimes(snapshot, job, self.settings.pessimism)
             if runtimes is not None and not runtimes:
-                rejections.append(Rejection(job.job_id, NO_ESTIMATE))
+                if awaits_benchmark(snapshot, job):
+                    left.append(job)
+                else:
+                    rejections.append(Rejection(job.job_id, NO_ESTIMATE))
                 continue
             fit = capacity.fit(job, runtimes)
             options = queue.allowed(job, fit.options)

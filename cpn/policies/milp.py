@@ -31,7 +31,7 @@ from cpn.decisions import Decision, Placement, Rejection, Snapshot, SolverRound,
 from cpn.jobs import JobSpec
 from cpn.policies.base import by_priority
 from cpn.policies.greedy import GreedyPolicy, service_option
-from cpn.policies.placement import NO_ESTIMATE, Capacity, Group, usable_runtimes
+from cpn.policies.placement import NO_ESTIMATE, Capacity, Group, awaits_benchmark, usable_runtimes
 from cpn.policies.plan import GroupKey, Projection, Releases, releases
 from cpn.policies.teams import FairQueue
 from cpn.policies.waiting import WaitingExplainer
@@ -185,6 +185,17 @@ class MilpPolicy:
         )
         placements, over = FairQueue(snapshot, ()).limit(placements)  # teams' borrowing limits
         waiting += over
+        if snapshot.explain:  # jobs left out of the model: no runtime until a benchmark runs
+            gone = {r.job_id for r in rejections}
+            explainer = WaitingExplainer(capacity)
+            waiting += [
+                explainer.explain(job, estimated=True)
+                for job in snapshot.pending
+                if job.job_id not in gone
+                and not job.is_service
+                and not usable_runtimes(snapshot, job)
+                and awaits_benchmark(snapshot, job)
+            ]
         stats = SolverRound(
             self.settings.solver,
             status,
@@ -214,7 +225,8 @@ class MilpPolicy:
             runtimes = {} if service else usable_runtimes(snapshot, job)
             ranked = {} if service else usable_runtimes(snapshot, job, self.settings.pessimism)
             if not runtimes and not service:
-                rejections.append(Rejection(job.job_id, NO_ESTIMATE))
+                if not awaits_benchmark(snapshot, job):  # else it waits for the benchmark (`decide`)
+                    rejections.append(Rejection(job.job_id, NO_ESTIMATE))
                 continue
             transfer = snapshot.transfer_s.get(job.job_id, {})
             options, costs = [], []

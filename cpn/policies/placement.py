@@ -405,7 +405,10 @@ class Capacity:
             types = None
             if estimated:
                 row = snapshot.estimates.get(job.job_id, {})
-                types = {gpu for gpu, e in row.items() if e.runtime_s < math.inf} or None
+                # A type pending its benchmark will be usable: it does not make the job hopeless.
+                types = {
+                    gpu for gpu, e in row.items() if e.runtime_s < math.inf or e.pending_benchmark
+                } or None
             reason = self.why_never(job, types)
             if reason is not None:
                 rejections.append(Rejection(job.job_id, reason))
@@ -474,6 +477,12 @@ def pessimistic_runtime(estimate: Estimate, pessimism: float) -> float:
     if pessimism == 0 or estimate.uncertainty <= 0:
         return estimate.runtime_s
     return estimate.runtime_s * (1.0 + estimate.uncertainty) ** pessimism
+
+
+def awaits_benchmark(snapshot: Snapshot, job: JobSpec) -> bool:
+    """Whether `job` has a GPU type pending its benchmark (Estimate.pending_benchmark): with no usable
+    runtime anywhere, it waits for the benchmark instead of being rejected."""
+    return any(e.pending_benchmark for e in snapshot.estimates.get(job.job_id, {}).values())
 
 
 def usable_runtimes(snapshot: Snapshot, job: JobSpec, pessimism: float = 0.0) -> dict[str, float]:

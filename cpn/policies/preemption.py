@@ -92,7 +92,8 @@ def _by_job(preemptions: tuple[Preemption, ...]) -> dict[str, list[Preemption]]:
 def _wait(job_id: str, preemptions: list[Preemption], now: float) -> Waiting:
     names = ", ".join(p.job_id for p in preemptions)
     ends = now + max(p.grace_s for p in preemptions)
-    return Waiting(job_id, "reclaiming", f"waiting for reclaimed cards: preempting {names} (expected end {ends:.0f})")
+    detail = f"waiting for reclaimed cards: preempting {names} (expected end {ends:.0f})"
+    return Waiting(job_id, "reclaiming", detail)
 
 
 def reclaim(snapshot: Snapshot, decision: Decision) -> tuple[Preemption, ...]:

@@ -20,7 +20,7 @@ import math
 from config.policies import SjfSettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot
 from cpn.policies.base import by_priority
-from cpn.policies.placement import NO_ESTIMATE, Capacity, usable_runtimes
+from cpn.policies.placement import NO_ESTIMATE, Capacity, awaits_benchmark, usable_runtimes
 from cpn.policies.teams import FairQueue
 from cpn.policies.waiting import WaitingExplainer
 
@@ -51,7 +51,9 @@ class SjfPolicy:
                 ranked.append((-job.priority, -math.inf, order, job, None))
                 continue
             runtimes = usable_runtimes(snapshot, job)
-            if not runtimes:
+            if not runtimes and awaits_benchmark(snapshot, job):
+                left.append(job)
+            elif not runtimes:
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
             else:
                 ranked.append((-job.priority, min(runtimes.values()), order, job, runtimes))

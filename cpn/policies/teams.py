@@ -97,7 +97,10 @@ class Ledger:
         for node in nodes.values():
             self.total[node.gpu_type] += node.gpu_count
         self.use = {t.name: TeamUse(t, dict(t.quota)) for t in teams.teams}
-        self._weight_only(nodes.values())
+        active = {teams.team_of(j.job_id) for j in snapshot.pending} | {
+            teams.team_of(job_id) for job_id in snapshot.running
+        }
+        self._weight_only(nodes.values(), active)
         for job_id, job in snapshot.running.items():
             mine = self.use.get(teams.team_of(job_id))
             for key, n in job.cards:
@@ -105,8 +108,10 @@ class Ledger:
                 if mine is not None and node is not None:
                     mine.cards[card_class(node)] += n
 
-    def _weight_only(self, nodes: Iterable[Node]) -> None:
-        """Give each team with no quota its weight's share of the cards of each GPU type no quota names."""
+    def _weight_only(self, nodes: Iterable[Node], active: set[str]) -> None:
+        """Give each team with no quota and some work (`active`: jobs queued or running) its weight's share
+        of the cards of each GPU type no quota names; a team with no work is entitled to nothing, so idle
+        teams (the default team of a lab whose namespaces all belong to teams) do not shrink the others'."""
         free = Counter(self.total)
         types = {n.gpu_type: card_class(n) for n in nodes}
         for use in self.use.values():
@@ -114,7 +119,7 @@ class Ledger:
                 for gpu_type, cls in types.items():
                     if canonical_gpu(key) == gpu_type or key in cls[:2]:
                         free[gpu_type] -= cards
-        plain = [u for u in self.use.values() if not u.quota]
+        plain = [u for u in self.use.values() if not u.quota and u.team.name in active]
         weights = sum(u.team.weight for u in plain)
         for use in plain:
             use.quota = {g: int(max(0, n) * use.team.weight / weights) for g, n in free.items()}

@@ -9,8 +9,9 @@ the first that removes every card the job could use is the answer (codes: cpn.de
    job's own pins on what is left (cpn.rules.constraint_problem): `no-gpu-type` when none is of a GPU
    product it runs on, `pool-or-taint` when none is in a pool it asks for, `memory` when none has the
    card memory it asks for;
-3. `no-estimate`: free cards it may use are of GPU types it has no runtime estimate for, and it has
-   none for any type;
+3. `pending-benchmark`: free cards it may use are of a GPU type whose benchmark is pending (no scores
+   yet: Estimate.pending_benchmark); else `no-estimate`: free cards it may use are of GPU types it has
+   no runtime estimate for, and it has none for any type;
 4. `memory`: the free cards it may use have less GPU memory than it needs per card;
 5. `gang`: not enough of those cards free together (on one node, or in one group for a wider gang);
 6. `cpu-threshold`: the cards are there, but placing it would take the node over the CPU threshold;
@@ -61,12 +62,13 @@ class WaitingExplainer:
                 typed.append(not estimated or (estimate is not None and estimate.runtime_s < math.inf))
                 mems.append(memory_need(job, estimate) if aware else None)
             has_any = not estimated or any(typed) or any(e.runtime_s < math.inf for e in row.values())
+            pending = frozenset(gpu for gpu, e in row.items() if e.pending_benchmark)
             pins = (job.gpu_products, job.node_pools, job.gpu_memory_min_gb)
-            key = (shape_of(job), job.gpu_share, pins, tuple(typed), tuple(mems), has_any)
+            key = (shape_of(job), job.gpu_share, pins, tuple(typed), tuple(mems), has_any, pending)
             found = self._cache.get(key)
             if found is None:
                 types = None if not estimated else {g.gpu_type for g, t in zip(free, typed, strict=True) if t}
-                found = self._cache[key] = self._reason(job, types, free, has_any)
+                found = self._cache[key] = self._reason(job, types, free, has_any, pending)
             code, detail = found
             if code == "memory":
                 need = max((m for m, t in zip(mems, typed, strict=True) if t and m is not None), default=0.0)
@@ -84,7 +86,7 @@ class WaitingExplainer:
         return self._shared if is_sharing(job) else self._free
 
     def _reason(
-        self, job: JobSpec, types: set[str] | None, free: list[Group], has_any: bool
+        self, job: JobSpec, types: set[str] | None, free: list[Group], has_any: bool, pending: frozenset[str]
     ) -> tuple[WaitCode, str]:
         sharing = is_sharing(job)
         if not free:
@@ -99,6 +101,11 @@ class WaitingExplainer:
         typed = list(pinned) if types is None else [g for g in pinned if g.gpu_type in types]
         if not typed:
             free_types = ", ".join(sorted({g.gpu_type for g in pinned}))
+            if awaited := sorted({g.gpu_type for g in pinned} & pending):
+                return "pending-benchmark", (
+                    f"free: {free_types}; GPU type {', '.join(awaited)} has no benchmark scores yet: no "
+                    "runtime estimate there until its benchmark has run"
+                )
             if has_any:
                 return "no-gpu-type", f"free: {free_types}; it has no runtime estimate for these types"
             return "no-estimate", f"no runtime estimate for the free GPU types ({free_types})"

@@ -2,13 +2,15 @@
 
 In a replay, simulated time jumps from event to event. In `cpn run` on simulated clusters it follows
 the wall clock, scaled: `--time-scale 600` shows a day of jobs in under three minutes. The mapping
-(a wall-clock anchor, the simulated time at that anchor, the scale) is kept in a small file beside the
-job store, so a restarted service resumes the same simulated timeline: the clusters "kept running"
-while cpn was down, and jobs that ended meanwhile are reported at once.
+(a wall-clock anchor, the simulated time at that anchor, the scale) is kept in a small file beside a
+SQLite job store file, or in the store itself on a database server (shared by every replica), so a
+restarted service, or a standby taking over, resumes the same simulated timeline: the clusters "kept
+running" while cpn was down, and jobs that ended meanwhile are reported at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -52,16 +54,26 @@ class Timeline:
         """The timeline saved at `path`, rescaled to `scale` from now on; a new one starting at 0 if none.
 
         Saved back to `path` unless `save` is off (a dry run, which writes nothing)."""
+        timeline = cls.continued(path.read_text() if path.exists() else None, scale, wall_now)
+        if save:
+            path.write_text(timeline.saved())
+        return timeline
+
+    @classmethod
+    def continued(cls, saved: str | None, scale: float, wall_now: float) -> Timeline:
+        """The timeline `saved` (a `saved()` text) rescaled to `scale` from `wall_now` on; a new one
+        starting at 0 if None."""
         if scale <= 0:
             raise ValueError(f"time scale must be > 0, got {scale}")
         sim_now = 0.0
-        if path.exists():
-            saved = json.loads(path.read_text())
-            sim_now = cls(saved["wall_anchor"], saved["sim_anchor"], saved["scale"]).sim_at(wall_now)
-        timeline = cls(wall_now, sim_now, scale)
-        if save:
-            path.write_text(json.dumps({"wall_anchor": wall_now, "sim_anchor": sim_now, "scale": scale}))
-        return timeline
+        if saved is not None:
+            old = json.loads(saved)
+            sim_now = cls(old["wall_anchor"], old["sim_anchor"], old["scale"]).sim_at(wall_now)
+        return cls(wall_now, sim_now, scale)
+
+    def saved(self) -> str:
+        """The timeline as text, for `continued`."""
+        return json.dumps(dataclasses.asdict(self))
 
 
 class SimDriver:

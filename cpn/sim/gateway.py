@@ -12,6 +12,13 @@ A service (`JobSpec.is_service`) serves for its trace lifetime (`JobSpec.duratio
 until `delete`; it trains nothing, so card partners neither slow it nor are slowed by it. `delete` ends
 any job now and frees its cards (a service `succeeded`, a training job `failed`, reason `deleted`).
 
+Checkpoints (a preemption's work kept, issue #21): a training job on whole cards with a
+`checkpoint_interval_s` checkpoints every that many seconds of training. Deleting it keeps the steps of its
+last checkpoint (`checkpointed`; none for a job that never checkpoints); its next run starts from them
+after a restart cost (the truth's load time), so only the work since the checkpoint, and the restart, are
+lost (`preempted` records both). The grace period is not simulated: the run stops at once and saves
+nothing on the way out.
+
 `logs` is a synthetic log for people (`cpn job logs`): the run's start, its step progress so far, its end;
 the runs that ended last keep theirs (ENDED_LOGS_KEPT), as a real cluster keeps a finished pod a while.
 
@@ -74,6 +81,19 @@ class Execution:
     """Fraction of each card held: the job's gpu_share on a shared card, else 1."""
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """A training run `delete` stopped: what it kept at its last checkpoint and what it lost."""
+
+    job_id: str
+    time: float
+    cards: int
+    kept_gpu_s: float
+    """GPU-seconds of training up to its last checkpoint: work done that its next run keeps."""
+    lost_gpu_s: float
+    """GPU-seconds since then (and the restart cost, for a run that resumed): work lost."""
+
+
 @dataclass
 class _Card:
     """A card sharing jobs hold: job_id -> (share, GB held)."""
@@ -112,6 +132,8 @@ class _Run:
     since: float
     """When steps_left was last brought up to date."""
     end: float
+    trains_from: float = 0.0
+    """When it began training: its start, or after the restart cost when it resumed from a checkpoint."""
     seq: int = -1
     """Sequence number of the heap event that is current; older ones are skipped."""
 
@@ -166,6 +188,10 @@ class SimulatedGateway:
         self._seq = 0
         self._events: list[JobEvent] = []
         self.executions: list[Execution] = []
+        self.checkpointed: dict[str, float] = {}
+        """job_id -> steps at the last checkpoint of a run `delete` stopped: its next run starts there."""
+        self.preempted: list[Stopped] = []
+        """Every training run on whole cards `delete` stopped (preempted or cancelled), in order."""
         self._ended: OrderedDict[str, tuple[_Run, float, str]] = OrderedDict()
         """job_id -> its last run, when it ended and the end line of its log (ENDED_LOGS_KEPT of them)."""
 
@@ -224,7 +250,13 @@ class SimulatedGateway:
             steps_left=float(job.total_steps or 0),
             since=now,
             end=now + outcome.duration_s,
+            trains_from=now,
         )
+        done = self.checkpointed.get(job.job_id)
+        if done is not None and card is None and run.trains:  # resumes from its checkpoint, after a restart
+            run.trains_from = run.since = now + self.truth.load_s
+            run.steps_left = max(0.0, run.steps_left - done)
+            run.end = run.trains_from + run.steps_left / run.rate
         self._runs[job.job_id] = run
         self._events.append(JobEvent(job.job_id, "running", now))
         if card is None:
@@ -313,12 +345,28 @@ class SimulatedGateway:
         events, self._events = self._events, []
         return events
 
-    def delete(self, job_id: str) -> None:
+    def delete(self, job_id: str, grace_s: float | None = None) -> None:
         """End the job now and free its cards (reason DELETED_REASON: a service `succeeded`, a training
-        job `failed`); a job not running here is left alone."""
+        job `failed`); a job not running here is left alone. A training job on whole cards keeps the steps
+        of its last checkpoint for its next run (module doc); `grace_s` is not simulated."""
         run = self._runs.pop(job_id, None)
-        if run is not None:
-            self._finish(run, self.clock.now(), deleted=True)
+        if run is None:
+            return
+        now = self.clock.now()
+        if run.card is None and run.trains:
+            self._checkpoint(run, now)
+        self._finish(run, now, deleted=True)
+
+    def _checkpoint(self, run: _Run, now: float) -> None:
+        """Keep the steps of the stopped run's last checkpoint, and record what it kept and lost."""
+        interval = run.job.checkpoint_interval_s
+        trained = max(0.0, now - run.trains_from)
+        kept_s = math.floor(trained / interval) * interval if interval else 0.0
+        total = float(run.job.total_steps or 0)
+        self.checkpointed[run.job.job_id] = min(total, total - run.steps_left + kept_s * run.rate)
+        cards = sum(len(gpus) for _, gpus in run.held)
+        lost_s = now - run.start - kept_s
+        self.preempted.append(Stopped(run.job.job_id, now, cards, kept_s * cards, lost_s * cards))
 
     def logs(self, job_id: str, tail_lines: int) -> str:
         """The last `tail_lines` lines of a synthetic log of the job's run: where it started, its steps done

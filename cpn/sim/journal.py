@@ -1,11 +1,13 @@
 """A journal of what simulated clusters were asked to run, so a restarted service finds them as it left them.
 
 Real clusters keep running while cpn is stopped; simulated ones live in cpn's process. Each accepted
-submission is appended (and flushed to disk) to a JSON-lines file beside the job store before the
-scheduler records the job as submitted, and so is each deletion. On start-up the simulator replays the
-journal: the same submissions and deletions at the same simulated times give the same runs (the
-simulator is deterministic), and the events they produce are ones the store either has already
-(skipped) or missed while stopped.
+submission is made durable before the scheduler records the job as submitted, and so is each deletion:
+appended (and flushed to disk) to a JSON-lines file beside a SQLite store file (SubmissionJournal), or
+written into the store itself on a database server (StoreJournal), where every replica of `cpn run`
+reads it and a leader's entries are fenced by its lease's term like its submissions. On start-up, or
+when a standby takes over, the simulator replays the journal: the same submissions and deletions at the
+same simulated times give the same runs (the simulator is deterministic), and the events they produce
+are ones the store either has already (skipped) or missed while stopped.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from cpn.decisions import Placement
 from cpn.inventory import NodeState
 from cpn.jobs import JobSpec
 from cpn.sim.gateway import SimulatedGateway
+from cpn.store import JobStore
 
 
 class Entry(NamedTuple):
@@ -32,36 +35,33 @@ class Entry(NamedTuple):
     deleted: str | None = None
 
 
-class SubmissionJournal:
-    """Append-only record of a simulated gateway's accepted submissions and deletions."""
+class Journal:
+    """Append-only record of a simulated gateway's accepted submissions and deletions, one JSON text per
+    entry; subclasses say where the texts are kept (`_append`, `_texts`)."""
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
+    def _append(self, entry: str) -> None:
+        """Keep one entry durably before returning."""
+        raise NotImplementedError
+
+    def _texts(self) -> list[str]:
+        """Every kept entry, oldest first."""
+        raise NotImplementedError
 
     def record(self, time: float, job: JobSpec, placement: Placement) -> None:
         """Append one submission and make it durable before returning."""
         self._append(
-            {"time": time, "job": dataclasses.asdict(job), "placement": dataclasses.asdict(placement)}
+            _text({"time": time, "job": dataclasses.asdict(job), "placement": dataclasses.asdict(placement)})
         )
 
     def record_delete(self, time: float, job_id: str) -> None:
         """Append one deletion and make it durable before returning."""
-        self._append({"time": time, "deleted": job_id})
-
-    def _append(self, entry: dict) -> None:
-        line = json.dumps(entry, separators=(",", ":"))
-        with self.path.open("a") as fh:
-            fh.write(line + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        self._append(_text({"time": time, "deleted": job_id}))
 
     def entries(self) -> list[Entry]:
-        """Every recorded submission and deletion, oldest first; a torn last line (a crash mid-write) is
+        """Every recorded submission and deletion, oldest first; a torn entry (a crash mid-write) is
         ignored."""
-        if not self.path.exists():
-            return []
         out = []
-        for line in self.path.read_text().splitlines():
+        for line in self._texts():
             try:
                 raw = json.loads(line)
             except json.JSONDecodeError:
@@ -75,10 +75,44 @@ class SubmissionJournal:
         return out
 
 
+def _text(entry: dict) -> str:
+    return json.dumps(entry, separators=(",", ":"))
+
+
+class SubmissionJournal(Journal):
+    """The journal as a JSON-lines file (beside a SQLite store file), each entry fsynced."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    def _append(self, entry: str) -> None:
+        with self.path.open("a") as fh:
+            fh.write(entry + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _texts(self) -> list[str]:
+        return self.path.read_text().splitlines() if self.path.exists() else []
+
+
+class StoreJournal(Journal):
+    """The journal in the job store's own database (a store on a server): every replica reads the one
+    journal, and an entry is refused (cpn.store.StaleTerm) from a leader whose term has passed."""
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+
+    def _append(self, entry: str) -> None:
+        self.store.append_journal(entry)
+
+    def _texts(self) -> list[str]:
+        return self.store.journal()
+
+
 class JournaledGateway:
     """A simulated gateway whose accepted submissions are journaled, and which restores them on start."""
 
-    def __init__(self, gateway: SimulatedGateway, journal: SubmissionJournal) -> None:
+    def __init__(self, gateway: SimulatedGateway, journal: Journal) -> None:
         self.sim = gateway
         self.journal = journal
 
@@ -103,9 +137,9 @@ class JournaledGateway:
         self.sim.submit(job, placement)
         self.journal.record(self.sim.clock.now(), job, placement)
 
-    def delete(self, job_id: str) -> None:
+    def delete(self, job_id: str, grace_s: float | None = None) -> None:
         """Delete in the simulator; journal it once done."""
-        self.sim.delete(job_id)
+        self.sim.delete(job_id, grace_s)
         self.journal.record_delete(self.sim.clock.now(), job_id)
 
     def logs(self, job_id: str, tail_lines: int) -> str:

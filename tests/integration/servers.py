@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -121,11 +121,15 @@ def postgres_bindir() -> Path:
 
 
 class Postgres:
-    """A running PostgreSQL server on loopback, trusting local connections of its superuser `postgres`."""
+    """A running PostgreSQL server on loopback, trusting local connections of its superuser `postgres`.
 
-    def __init__(self, port: int) -> None:
+    `stop` and `start` (the pg_ctl commands `postgres()` runs) take it down and up again, as an outage."""
+
+    def __init__(self, port: int, stop: Callable[[], None], start: Callable[[], None]) -> None:
         self.port = port
         self._names = itertools.count(1)
+        self.stop = stop
+        self.start = start
 
     def url(self, database: str) -> str:
         """The URL of `database` on this server."""
@@ -165,11 +169,18 @@ def postgres() -> Iterator[Postgres]:
         run(str(bindir / "initdb"), "-D", str(data), "--auth=trust", "-U", "postgres", "--no-sync")
         options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"
         log = str(folder / "server.log")
-        run(str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", log, "-w", "start")
-        try:
-            yield Postgres(port)
-        finally:
+
+        def start() -> None:
+            run(str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", log, "-w", "start")
+
+        def stop() -> None:
             run(str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
+
+        start()
+        try:
+            yield Postgres(port, stop, start)
+        finally:
+            stop()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

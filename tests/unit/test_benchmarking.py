@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from datetime import date
+from types import MappingProxyType
 
 import pytest
 import yaml
@@ -13,9 +15,11 @@ from config.benchmarks import load_benchmarks
 from config.settings import ClustersConfig
 from cpn.benchmarking import FailureLog, benchmark_job, plan_benchmarks, run_benchmarks
 from cpn.bootstrap import build_benchmark_clusters
-from cpn.decisions import Placement
+from cpn.decisions import Estimate, Placement, Snapshot
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
+from cpn.inventory import Node, NodeState, Taint
 from cpn.jobs import JobSpec
+from cpn.policies import make_policy
 from models.benchmark_runs import ingest_runs
 from models.benchmarks import BenchmarkCatalog
 
@@ -110,3 +114,49 @@ def test_dry_run_prints_the_nodes_and_why(tmp_path, monkeypatch, capsys):
     # every_node: the V100 node too, though its product has scores: the node has none of its own.
     assert [line.split(":")[0] for line in out] == ["bj/a-0", "bj/v-0"]
     assert all("the node has no score measured by gavel-proxy" in line for line in out)
+
+
+# A type with no scores yet (item 3), on a literal snapshot: one V100 node, one A10 node whose benchmark is
+# pending (the predictor's estimates there: no runtime, or a guess for a job to explore).
+PENDING = Estimate(math.inf, 8.0, pending_benchmark=True)
+ESTIMATED_POLICIES = ("sjf", "greedy", "milp")
+
+
+def lab_node(name: str, product: str) -> Node:
+    taints = (Taint("maip.mxsf.io/node.usage", "training"), Taint("nvidia.com/gpu.product", product))
+    return Node("bj", name, product, 4, 16.0, 32, "training", taints=taints)
+
+
+def snapshot(v100_free: int, rows: dict[str, dict[str, Estimate]]) -> Snapshot:
+    nodes = (
+        NodeState(lab_node("v0", "Tesla-V100-SXM2-16GB"), v100_free),
+        NodeState(lab_node("a0", A10), 4),
+    )
+    jobs = tuple(JobSpec(jid, "ResNet-18", batch_size=32, total_steps=100) for jid in rows)
+    return Snapshot(now=0.0, pending=jobs, nodes=nodes, estimates=MappingProxyType(rows))
+
+
+@pytest.mark.parametrize("policy", ESTIMATED_POLICIES)
+def test_a_job_without_an_estimate_on_an_unscored_type_waits_naming_its_pending_benchmark(policy):
+    rows = {"u/known": {"v100": Estimate(100.0), "a10": PENDING}, "u/only-a10": {"a10": PENDING}}
+    decision = make_policy(policy).decide(snapshot(0, rows))
+    assert decision.placements == () and decision.rejections == ()  # it waits; it is not refused
+    waits = {w.job_id: (w.code, w.detail) for w in decision.waiting}
+    for job_id in rows:
+        code, detail = waits[job_id]
+        assert code == "pending-benchmark" and "GPU type a10 has no benchmark scores yet" in detail
+
+
+@pytest.mark.parametrize("policy", ESTIMATED_POLICIES)
+def test_an_unscored_type_takes_jobs_to_explore_or_with_an_estimate_and_the_others_run_elsewhere(policy):
+    guess = Estimate(300.0, explore=True)
+    rows = {
+        "u/explore": {"v100": guess, "a10": guess},
+        "u/oracle": {"v100": Estimate(100.0), "a10": Estimate(50.0)},  # e.g. the simulator's truth
+        "u/known": {"v100": Estimate(100.0), "a10": PENDING},
+    }
+    decision = make_policy(policy).decide(snapshot(0, rows))  # the V100 is full
+    assert {p.job_id: p.node for p in decision.placements} == {"u/explore": "a0", "u/oracle": "a0"}
+    assert [w.code for w in decision.waiting if w.job_id == "u/known"] == ["pending-benchmark"]
+    decision = make_policy(policy).decide(snapshot(1, {"u/known": rows["u/known"]}))
+    assert [(p.job_id, p.node) for p in decision.placements] == [("u/known", "v0")]

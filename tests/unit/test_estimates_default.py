@@ -3,6 +3,8 @@ noisy) is refused at start-up on a real cluster, naming the flag, before anythin
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import yaml
 
@@ -91,7 +93,14 @@ def test_the_predictor_leaves_out_what_it_cannot_estimate_instead_of_failing_the
     predictor = fit_predictor(rows(), catalog(), "rf", calibrate=False, n_estimators=10)
     training = JobSpec(job_id="ns/train", model="ResNet-50", batch_size=32, total_steps=7_000)
     service = JobSpec(job_id="ns/chat", model="chat", kind="inference", data_size_gb=1.0)
-    out = predictor.estimates((training, service), ("v100", "h20"))
-    assert set(out) == {"ns/train", "ns/chat"} and out["ns/chat"] == {}
-    assert set(out["ns/train"]) == {"v100"}
+    unseen = JobSpec(job_id="ns/new", model="NeverSeen", batch_size=32, total_steps=7_000)
+    out = predictor.estimates((training, service, unseen), ("v100", "h20"))
+    assert set(out) == {"ns/train", "ns/chat", "ns/new"} and out["ns/chat"] == {}
     assert out["ns/train"]["v100"].runtime_s == pytest.approx(100, rel=0.05)  # 70 steps/s by the law
+    # The unscored H20: no runtime for a known model until its benchmark has run; a job to explore may go.
+    pending = out["ns/train"]["h20"]
+    assert (pending.runtime_s, pending.pending_benchmark, pending.explore) == (math.inf, True, False)
+    assert pending.gpu_mem_gb == out["ns/train"]["v100"].gpu_mem_gb
+    guess = out["ns/new"]["h20"]
+    assert guess.explore and not guess.pending_benchmark
+    assert guess.runtime_s == max(e.runtime_s for gpu, e in out["ns/new"].items() if gpu != "h20")

@@ -15,6 +15,7 @@ from cpn.decisions import RunningJob, Team, Teams
 from cpn.formats.trace_csv import TraceFormatError, load_trace_csv
 from cpn.jobs import JobState
 from cpn.policies import make_policy
+from cpn.policies.teams import Ledger
 from cpn.sim.gateway import Execution
 from tests.unit.test_policies import job, node, snap, state
 
@@ -144,3 +145,14 @@ def test_team_figures_share_while_both_wait():
     assert out["fairness_error"] == pytest.approx(0.25)
     assert out["gpu_hours"] == pytest.approx(70 / 3600)
     assert out["teams"]["a"]["p99_wait_s"] == 10.0
+
+
+def test_weight_only_shares_count_only_teams_with_work():
+    """Two teams with no quota, equal weights, and the default team with no job: each working team is
+    entitled to half the cards, not a third (an idle team does not shrink the others' shares)."""
+    n = node("n0", gpus=8)
+    cfg = teams(Team("a"), Team("b"))
+    s = snap([job("a/j1")], [state(n, free=7)], running=MappingProxyType(running(n, "b", 1)), teams=cfg)
+    ledger = Ledger(s, cfg)
+    assert ledger.use["a"].quota == {"v100": 4} and ledger.use["b"].quota == {"v100": 4}
+    assert not any(ledger.use[DEFAULT_TEAM].quota.values())

@@ -121,7 +121,13 @@ class Kind:
 
     create: Callable[[Api, str, dict], Callable[[], Any]]
     read: Callable[[Api, str, str], Callable[[], Any]]
-    delete: Callable[[Api, str, str], Callable[[], Any]]
+    delete: Callable[..., Callable[[], Any]]
+    """(api, namespace, name, grace_s=None): the call deleting it, its pods given `grace_s` seconds."""
+
+
+def _grace(grace_s: float | None) -> dict[str, int]:
+    """The delete call's grace period argument, when one is asked for."""
+    return {} if grace_s is None else {"grace_period_seconds": round(grace_s)}
 
 
 def _typed(group: str, noun: str) -> Kind:
@@ -131,8 +137,10 @@ def _typed(group: str, noun: str) -> Kind:
     return Kind(
         create=lambda api, ns, body: lambda: api.call(method(api, "create"), ns, body),
         read=lambda api, ns, name: lambda: api.call(method(api, "read"), name, ns),
-        delete=lambda api, ns, name: (
-            lambda: api.call(method(api, "delete"), name, ns, propagation_policy="Background")
+        delete=lambda api, ns, name, grace_s=None: (
+            lambda: api.call(
+                method(api, "delete"), name, ns, propagation_policy="Background", **_grace(grace_s)
+            )
         ),
     )
 
@@ -146,7 +154,7 @@ def _volcano() -> Kind:
         read=lambda api, ns, name: (
             lambda: api.call(api.custom.get_namespaced_custom_object, group, version, ns, plural, name)
         ),
-        delete=lambda api, ns, name: (
+        delete=lambda api, ns, name, grace_s=None: (
             lambda: api.call(
                 api.custom.delete_namespaced_custom_object,
                 group,
@@ -155,6 +163,7 @@ def _volcano() -> Kind:
                 plural,
                 name,
                 propagation_policy="Background",
+                **_grace(grace_s),
             )
         ),
     )

@@ -267,7 +267,7 @@ class KubernetesGateway:
                     "could not remove %s %s/%s: %s", obj["kind"], meta["namespace"], meta["name"], exc
                 )
 
-    def delete(self, job_id: str) -> None:
+    def delete(self, job_id: str, grace_s: float | None = None) -> None:
         """Delete the job's objects (see the module doc) and report its end at once; a job with no
         workload here is left alone. ApiError when the API server refuses or stays unavailable."""
         namespace, name = object_name(job_id)
@@ -294,7 +294,7 @@ class KubernetesGateway:
                     found.append((key, obj["metadata"]["name"]))
         for key, obj_name in found:
             try:
-                KINDS[key].delete(self.api, namespace, obj_name)()
+                KINDS[key].delete(self.api, namespace, obj_name, grace_s)()
             except ApiError as exc:
                 if exc.status != 404:
                     raise

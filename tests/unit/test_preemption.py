@@ -1,0 +1,125 @@
+"""Preemption on literal snapshots (cpn.policies.preemption): victim order, a job marked not preemptible,
+a job that never checkpointed, a team within its quota left alone; the simulator keeping a stopped run's
+checkpoint and charging a restart; the scheduler queueing a preempted job again with its cause."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+import pytest
+
+from cpn.decisions import Preemption, RunningJob, Team
+from cpn.intake import parse_manifests
+from cpn.policies import make_policy
+from cpn.policies.preemption import GRACE_S
+from cpn.sim.gateway import Stopped
+from cpn.sim.truth import LOAD_S
+from tests.unit.test_policies import job, node, snap, state
+from tests.unit.test_sim import V100, make, place
+from tests.unit.test_sim import job as sim_job
+from tests.unit.test_teams import teams
+
+N = node("n0", gpus=4)
+CFG = teams(Team("a", quota=(("v100", 2),)), Team("bulk", quota=(("v100", 0),)))
+"""Team a is entitled to 2 cards and holds none; bulk to none, so every card it holds is borrowed."""
+
+
+def bulk(**jobs: RunningJob):
+    return MappingProxyType({f"bulk/{name}": run for name, run in jobs.items()})
+
+
+def run(started: float, checkpoints: float | None = None, priority: int = 0, preemptible: bool = True):
+    return RunningJob(1e9, ((N.key, 1),), started, priority, checkpoints, preemptible)
+
+
+def decide(running, pending=("a/j1", "a/j2"), policy="greedy"):
+    s = snap([job(j) for j in pending], [state(N, free=0)], running=running, teams=CFG)
+    return make_policy(policy, preemption="true").decide(replace(s, now=1000.0))
+
+
+@pytest.mark.parametrize("policy", ["fifo", "greedy", "milp"])
+def test_victims_lowest_priority_then_least_work_lost(policy):
+    """Four borrowed cards: the high-priority job is spared; of the others the two losing least go, the
+    one that never checkpointed (lost everything since it started) is spared."""
+    running = bulk(
+        high=run(0.0, checkpoints=600.0, priority=1),  # loses 400 s, but has priority
+        lost_100=run(0.0, checkpoints=300.0),  # 1000 % 300 = 100 s lost
+        lost_50=run(850.0, checkpoints=100.0),  # 150 % 100 = 50 s lost
+        never=run(900.0),  # never checkpoints: its 100 s since start are lost
+    )
+    decision = decide(running, policy=policy)
+    reason = "team a is below its quota: reclaiming cards team bulk borrowed"
+    assert decision.preemptions == (
+        Preemption("bulk/lost_50", "a/j1", reason, ((N.key, 1),), 50 / 3600, GRACE_S),
+        Preemption("bulk/lost_100", "a/j2", reason, ((N.key, 1),), 100 / 3600, GRACE_S),
+    )
+    waits = {w.job_id: (w.code, w.detail) for w in decision.waiting}
+    detail = "waiting for reclaimed cards: preempting bulk/lost_50 (expected end 1030)"
+    assert waits["a/j1"] == ("reclaiming", detail)
+
+
+def test_a_job_that_never_checkpointed_goes_after_one_that_did():
+    """Same priority: a job that never checkpointed loses all its work since it started. Started 100 s ago
+    it loses less than one 400 s past its last checkpoint and goes first; started at 0 (1,000 s lost) it is
+    spared for the checkpointer."""
+    decision = decide(bulk(never=run(900.0), ckpt=run(0.0, checkpoints=600.0)), pending=("a/j1",))
+    assert [(p.job_id, p.lost_gpu_hours) for p in decision.preemptions] == [("bulk/never", 100 / 3600)]
+    decision = decide(bulk(never=run(0.0), ckpt=run(0.0, checkpoints=600.0)), pending=("a/j1",))
+    assert [(p.job_id, p.lost_gpu_hours) for p in decision.preemptions] == [("bulk/ckpt", 400 / 3600)]
+
+
+def test_a_job_marked_not_preemptible_keeps_its_cards():
+    running = bulk(keep=run(0.0, checkpoints=60.0, preemptible=False), other=run(0.0, checkpoints=60.0))
+    decision = decide(running)
+    assert [(p.job_id, p.for_job) for p in decision.preemptions] == [("bulk/other", "a/j1")]
+
+
+def test_a_team_within_its_quota_is_not_preempted_and_off_means_off():
+    within = teams(Team("a", quota=(("v100", 2),)), Team("bulk", quota=(("v100", 2),)))
+    running = bulk(x=run(0.0, checkpoints=60.0), y=run(0.0, checkpoints=60.0))
+    s = snap([job("a/j1")], [state(N, free=0)], running=running, teams=within)
+    assert make_policy("greedy", preemption="true").decide(s).preemptions == ()
+    s = snap([job("a/j1")], [state(N, free=0)], running=running, teams=CFG)
+    assert make_policy("greedy").decide(s).preemptions == ()
+
+
+def test_the_simulator_resumes_from_the_last_checkpoint_after_a_restart():
+    """ResNet-18 on a V100 trains 10 steps/s: stopped at 250 s with checkpoints every 100 s it keeps 2,000
+    steps; its next run loads again (LOAD_S) and trains the 1,000 left."""
+    gw, clock = make((V100,))
+    spec = sim_job("j", steps=3000, checkpoint_interval_s=100.0)
+    gw.submit(spec, place(spec, V100))
+    gw.advance(250.0)
+    gw.delete("j", grace_s=30.0)
+    assert gw.checkpointed == {"j": 2000.0}
+    assert gw.preempted == [Stopped("j", 250.0, 1, 200.0, 50.0)]
+    gw.submit(spec, place(spec, V100))
+    assert gw.next_event_time() == pytest.approx(250.0 + LOAD_S + 100.0)
+    never = sim_job("n", steps=3000)
+    gw.submit(never, place(never, V100))
+    gw.advance(400.0)
+    gw.delete("n")
+    assert gw.checkpointed["n"] == 0.0  # never checkpointed: it starts over
+
+
+def test_intake_reads_the_checkpoint_interval_and_a_job_marked_not_preemptible():
+    manifest = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: train
+  namespace: bulk
+  annotations:
+    {model_name: resnet18, data_size: 1, epoch: 1, checkpoint_interval_s: "600", preemptible: "false"}
+spec:
+  template:
+    spec:
+      containers:
+        - name: main
+          image: registry.local/train:1
+          resources: {limits: {nvidia.com/gpu: 1}}
+      restartPolicy: Never
+"""
+    (spec,) = parse_manifests(manifest)
+    assert (spec.checkpoint_interval_s, spec.preemptible) == (600.0, False)
