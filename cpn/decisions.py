@@ -90,6 +90,9 @@ class Snapshot:
     since the previous snapshot (the scheduler's); None = every pending job (a snapshot on its own, or
     after the nodes changed). A policy rejects those no placement could ever satisfy at once
     (cpn.policies.placement.Capacity.vet), and need not ask about the others again."""
+    lines: QueueLines | None = None
+    """The pending jobs grouped by shape, kept by the scheduler's queue view as jobs come and go; None =
+    not given (a policy groups `pending` itself: cpn.policies.placement.queue_lines)."""
     teams: Teams | None = None
     """Teams, their quotas and weights (cpn.policies.teams orders and limits by them, counting each team's
     use from `running`); None = no teams: one queue, as before teams existed."""
@@ -131,6 +134,19 @@ class Teams:
             return job.checkpoint_interval_s
         name = self.team_of(job.job_id)
         return next((t.checkpoint_interval_s for t in self.teams if t.name == name), None)
+
+
+@dataclass(frozen=True, eq=False)
+class QueueLines:
+    """Pending jobs grouped by shape (`shape_of`), each group in queue order (higher `priority` first,
+    then arrival): a policy that skips jobs which cannot start now visits only the shapes that can."""
+
+    pending: tuple[JobSpec, ...]
+    """The very tuple of pending jobs these lines group: a snapshot copied with other pending jobs
+    (`dataclasses.replace`) does not hold this tuple, so its policy groups its own."""
+    lines: Mapping[tuple, tuple[tuple[tuple[int, int], JobSpec], ...]]
+    """shape -> ((rank, job), ...) in rank order; a rank, (-priority, place in arrival order), orders
+    jobs across shapes."""
 
 
 def shape_of(job: JobSpec) -> tuple:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cpn.decisions import shape_of
+from cpn.decisions import QueueLines, shape_of
 from cpn.jobs import JobSpec, JobState
 from cpn.rules import MEMORY_MARGIN_GB
 from cpn.store import Change, JobStore
@@ -40,9 +40,12 @@ class QueueView:
         self._order: dict[str, int] = {}
         self._last_order = -1
         self._location: dict[str, str | None] = {}
-        self._shapes: dict[tuple, list] = {}
-        """shape -> [count, a job of that shape]"""
+        self._shapes: dict[tuple, dict[str, tuple[tuple[int, int], JobSpec]]] = {}
+        """shape -> job_id -> (rank, spec) of the queued jobs of that shape (QueueLines)"""
+        self._lines: dict[tuple, tuple[tuple[tuple[int, int], JobSpec], ...]] = {}
+        """shape -> its line in rank order, for the shapes unchanged since it was sorted"""
         self._pending: tuple[JobSpec, ...] | None = ()
+        self._grouped: QueueLines | None = None
 
     def refresh(self) -> tuple[JobSpec, ...]:
         """Apply every transition recorded since the last refresh.
@@ -65,7 +68,9 @@ class QueueView:
                 continue
             learned = _learned(self._specs[c.job_id], c)
             if learned != self._specs[c.job_id]:
+                self._unfile(self._specs[c.job_id])
                 self._specs[c.job_id] = learned
+                self._file(learned)
                 moved.append(learned)
             elif c.location != self._location[c.job_id]:
                 moved.append(self._specs[c.job_id])
@@ -86,22 +91,31 @@ class QueueView:
         if not in_order:
             ordered = sorted(self._specs, key=self._order.__getitem__)
             self._specs = {job_id: self._specs[job_id] for job_id in ordered}
-        self._pending = None
+        self._pending = self._grouped = None
         return (*(specs[c.job_id] for c in entering), *moved)
 
     def _enter(self, spec: JobSpec, order: int) -> None:
         self._specs[spec.job_id] = spec
         self._order[spec.job_id] = order
-        entry = self._shapes.setdefault(shape_of(spec), [0, spec])
-        entry[0] += 1
+        self._file(spec)
 
     def _leave(self, job_id: str) -> None:
-        spec = self._specs.pop(job_id)
+        self._unfile(self._specs.pop(job_id))
         del self._order[job_id]
+
+    def _file(self, spec: JobSpec) -> None:
+        """Add a queued job to its shape's line."""
         key = shape_of(spec)
-        self._shapes[key][0] -= 1
-        if not self._shapes[key][0]:
+        self._shapes.setdefault(key, {})[spec.job_id] = ((-spec.priority, self._order[spec.job_id]), spec)
+        self._lines.pop(key, None)
+
+    def _unfile(self, spec: JobSpec) -> None:
+        """Take a job out of its shape's line."""
+        key = shape_of(spec)
+        del self._shapes[key][spec.job_id]
+        if not self._shapes[key]:
             del self._shapes[key]
+        self._lines.pop(key, None)
 
     def pending(self) -> tuple[JobSpec, ...]:
         """Queued jobs in acceptance order."""
@@ -111,7 +125,17 @@ class QueueView:
 
     def shapes(self) -> tuple[JobSpec, ...]:
         """One queued job of each shape (see cpn.policies.base.shape_of)."""
-        return tuple(spec for _, spec in self._shapes.values())
+        return tuple(next(iter(line.values()))[1] for line in self._shapes.values())
+
+    def lines(self) -> QueueLines:
+        """The queued jobs grouped by shape, each group in queue order (cpn.decisions.QueueLines); a
+        round re-sorts only the groups that changed since the last."""
+        if self._grouped is None:
+            for key, line in self._shapes.items():
+                if key not in self._lines:
+                    self._lines[key] = tuple(sorted(line.values(), key=lambda entry: entry[0]))
+            self._grouped = QueueLines(self.pending(), dict(self._lines))
+        return self._grouped
 
     def spec(self, job_id: str) -> JobSpec:
         """A queued job's spec."""

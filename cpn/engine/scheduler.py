@@ -550,6 +550,7 @@ class Scheduler:
             transfer_s=MappingProxyType(self._transfer_rows),
             cpu_threshold=self.cpu_threshold,
             shapes=self.queue.shapes(),
+            lines=self.queue.lines(),
             explain=self._explain_now(),
             running=self._running_jobs(nodes),
             teams=self.teams,

@@ -12,12 +12,14 @@ it. With `pessimism` (GreedySettings, default 1) > 0, runtimes are each estimate
 (`placement.pessimistic_runtime`): a job is not sent to a type whose estimate is a guess when one it is
 surer of finishes first on that reckoning. Memory-aware, as `fifo` is. A service (`JobSpec.is_service`)
 needs no estimate: it runs on any GPU type until deleted, so it goes where it starts first
-(`service_option`). A training job with no estimate for any GPU type (asked while anything is free) is
-rejected with the reason, and so is a job no node could ever take, in the round it is new
-(`Capacity.vet`); every job left queued gets its reason (cpn.policies.waiting).
+(`service_option`). A training job with no estimate at all is rejected with the reason in the round it
+is new, as is a job no node could ever take (`Capacity.vet`), and one whose estimates are all infinite
+when it is asked (while anything is free); every job left queued gets its reason (cpn.policies.waiting).
 """
 
 from __future__ import annotations
+
+import heapq
 
 from config.policies import GreedySettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot
@@ -57,48 +59,53 @@ class GreedyPolicy:
         self.settings = settings or GreedySettings()
 
     def decide(self, snapshot: Snapshot) -> Decision:
-        """Place each job where it finishes first while anything is free; reject jobs that can never run."""
+        """Place each job where it finishes first while anything is free; reject jobs that can never run.
+
+        The queue is taken in order one shape at a time (`queue_lines`): once a job is not worth trying
+        on what is left, no job of its shape is (what is free only shrinks within a round), so the rest
+        of its shape is not visited, and a round costs what can start, not what is queued."""
         capacity = Capacity(snapshot)
         placements: list[Placement] = []
         rejections, pending = capacity.vet(estimated=True)
-        left: list[JobSpec] = []
-        hopeless = capacity.hopeless(snapshot.shapes)
-        queue = FairQueue(snapshot, by_priority(pending))  # teams in fair order (cpn.policies.teams)
-        for job in queue:
-            if hopeless:  # nothing that waits could start on what is left: stop scanning the queue
-                left += [job, *queue.rest()]
-                break
-            service = job.is_service
-            if not service and not snapshot.estimates.get(job.job_id):
+        done = {r.job_id for r in rejections}
+        for job in snapshot.pending if snapshot.fresh is None else snapshot.fresh:
+            if job.job_id not in done and not job.is_service and not snapshot.estimates.get(job.job_id):
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
+                done.add(job.job_id)
+        lines = queue_lines(snapshot).lines
+        heads = [(line[0][0], key, 0) for key, line in lines.items()]
+        heapq.heapify(heads)
+        while heads and not capacity.exhausted:
+            _, key, i = heapq.heappop(heads)
+            line = lines[key]
+            job = line[i][1]
+            if job.job_id not in done and not capacity.worth_trying(job):
+                continue  # nor is any job of its shape behind it this round
+            if i + 1 < len(line):
+                heapq.heappush(heads, (line[i + 1][0], key, i + 1))
+            if job.job_id in done:
                 continue
-            if not capacity.worth_trying(job):
-                left.append(job)
-                continue
+            service = job.is_service
             runtimes = None if service else usable_runtimes(snapshot, job, self.settings.pessimism)
             if runtimes is not None and not runtimes:
-                if awaits_benchmark(snapshot, job):
-                    left.append(job)
-                else:
-                    rejections.append(Rejection(job.job_id, NO_ESTIMATE))
+                rejections.append(Rejection(job.job_id, NO_ESTIMATE))
+                done.add(job.job_id)
                 continue
             fit = capacity.fit(job, runtimes)
-            options = queue.allowed(job, fit.options)
-            if not options:
+            if not fit.options:
                 if fit.never is not None:
                     rejections.append(Rejection(job.job_id, fit.never))
-                else:
-                    left.append(job)
+                    done.add(job.job_id)
                 continue
             if runtimes is None:
-                best = service_option(snapshot, job, options)
+                best = service_option(snapshot, job, fit.options)
             else:
-                best = min(options, key=lambda o: finish_time(snapshot, job, o, runtimes))
-            queue.took(job, best)
+                best = min(fit.options, key=lambda o: finish_time(snapshot, job, o, runtimes))
             placements.append(capacity.take(best, job))
-            hopeless = capacity.hopeless(snapshot.shapes)
+            done.add(job.job_id)
         waiting: tuple = ()
         if snapshot.explain:
             explainer = WaitingExplainer(capacity)
-            waiting = tuple(queue.waiting(explainer, job, estimated=not job.is_service) for job in left)
+            left = (job for job in by_priority(pending) if job.job_id not in done)
+            waiting = tuple(explainer.explain(job, estimated=not job.is_service) for job in left)
         return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)

@@ -142,6 +142,10 @@ class MilpPolicy:
         """Plan, start what the plan starts now, backfill, and explain every wait with a predicted start."""
         capacity = Capacity(snapshot)
         jobs, services, rejections = self._candidates(snapshot, capacity)
+        if capacity.hopeless(snapshot.shapes):
+            # Nothing could start now, and only what starts now is carried out: no solve. The plan would
+            # only say when the rest start, which the forward look says (cpn.engine.forecast).
+            return Decision((), tuple(rejections), self._unplanned(capacity, [*jobs, *services]))
         first, services, released = self._serve(snapshot, capacity, services, releases(snapshot))
         reserved = self._reserved(snapshot, jobs) if self.settings.reservation else None
         ends: list[tuple[GroupKey, int, float]] = []
@@ -646,6 +650,14 @@ class MilpPolicy:
                 )
             )
         return placements, waiting
+
+    @staticmethod
+    def _unplanned(capacity: Capacity, jobs: list[_Job]) -> tuple[Waiting, ...]:
+        """Why each of `jobs` waits, in a round with no plan (no predicted start)."""
+        if not capacity.snapshot.explain:
+            return tuple(Waiting(j.spec.job_id, "queue-order") for j in jobs)
+        explainer = WaitingExplainer(capacity)
+        return tuple(explainer.explain(j.spec, estimated=not j.spec.is_service) for j in jobs)
 
     def _hold(self, snapshot, capacity, released: Releases, reserved) -> _Hold | None:
         """The reserved job's reservation (EASY): the node where it would finish first given what runs

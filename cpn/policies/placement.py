@@ -27,7 +27,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from cpn.admission import Room
-from cpn.decisions import Estimate, Placement, Rejection, Snapshot
+from cpn.decisions import Estimate, Placement, QueueLines, Rejection, Snapshot, shape_of
 from cpn.jobs import JobKind, JobSpec
 from cpn.rules import (
     POOLS_FOR_KIND,
@@ -459,6 +459,21 @@ class Capacity:
                 "nodes of one GPU type in one pool that can take one"
             )
         return f"needs {job.cpu:g} CPU cores; no eligible node allows that under the CPU threshold"
+
+
+def queue_lines(snapshot: Snapshot) -> QueueLines:
+    """The snapshot's pending jobs by shape, each shape's in queue order (`QueueLines`): the scheduler's
+    (`Snapshot.lines`) when they group this very tuple of pending jobs, else grouped here, at a cost in
+    proportion to the queue."""
+    given = snapshot.lines
+    if given is not None and given.pending is snapshot.pending:
+        return given
+    lines: dict[tuple, list[tuple[tuple[int, int], JobSpec]]] = {}
+    for i, job in enumerate(snapshot.pending):
+        lines.setdefault(shape_of(job), []).append(((-job.priority, i), job))
+    return QueueLines(
+        snapshot.pending, {key: tuple(sorted(line, key=lambda entry: entry[0])) for key, line in lines.items()}
+    )
 
 
 NO_ESTIMATE = "no runtime estimate for any GPU type"

@@ -60,7 +60,9 @@ def test_the_flow_measures_a_new_type_logs_the_round_retrains_and_then_has_nothi
 
     client = mlflow.MlflowClient(uri)
     (bench,) = client.search_runs([client.get_experiment_by_name(BENCHMARK_EXPERIMENT).experiment_id])
-    assert bench.data.metrics == pytest.approx({"a-0.resnet50": 320.0, "a-0.yolov8m": 6.0, "a-0.llama3": 640.0})
+    assert bench.data.metrics == pytest.approx(
+        {"a-0.resnet50": 320.0, "a-0.yolov8m": 6.0, "a-0.llama3": 640.0}
+    )
     assert bench.data.tags["node.bj.a-0"].startswith("a10: succeeded")
     # The scores changed: retraining ran on them, and the champion it registered scores the new type.
     trained = client.search_runs([client.get_experiment_by_name("cpn-predictor").experiment_id])
