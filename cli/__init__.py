@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "cli.store",
     "cli.teams",
     "cli.benchmark",
+    "cli.cluster",
 )
 """Modules that add sub-commands; each adds its sub-commands."""
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from config.policies import parse_overrides, policy_settings
-from config.settings import ConfigError
+from config.settings import ClustersConfig, ConfigError, load_model
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
 from cpn.formats.trace_csv import TraceFormatError
 from cpn.policies import POLICIES
@@ -94,6 +94,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--json", help="write the figures as JSON here")
     s.set_defaults(func=run_solver)
+    sc = bench_sub.add_parser(
+        "scale",
+        help="how a replay's cost grows with the jobs replayed: generated queues of two or more sizes",
+        description=(
+            "Replay generated queues of each --jobs size under one policy on simulated clusters, jobs "
+            "arriving --gap-s seconds apart on average (the same load for longer), and print each "
+            "replay's wall and CPU time and the ratio of the largest size's to the smallest's."
+        ),
+    )
+    sc.add_argument("--clusters", required=True, help="cluster description YAML")
+    sc.add_argument(
+        "--jobs", default="10000,100000", help="comma-separated queue sizes (default: %(default)s)"
+    )
+    sc.add_argument("--policy", default="greedy", help=f"one of {', '.join(POLICIES)} (default: %(default)s)")
+    sc.add_argument(
+        "--gap-s",
+        type=float,
+        default=180.0,
+        help="mean seconds between arrivals (default: %(default)s, about what the generated jobs keep 240 "
+        "GPUs busy with)",
+    )
+    sc.add_argument("--seed", type=int, default=0, help="queue generator seed (default: %(default)s)")
+    sc.add_argument(
+        "--throughputs", default=str(GAVEL_ISOLATED), help="throughput table CSV (default: Gavel's)"
+    )
+    sc.set_defaults(func=run_scale)
     g = bench_sub.add_parser(
         "gateway",
         help="API calls per job of the Kubernetes gateway's live path, against a fake API server",
@@ -156,6 +182,43 @@ def run_solver(args: argparse.Namespace) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
         print(f"wrote {args.json}")
+    return 0
+
+
+def run_scale(args: argparse.Namespace) -> int:
+    """Replay generated queues of each size and print their times; exit 2 on bad input."""
+    from cpn.bench.scale import bench_scale
+
+    try:
+        sizes = [int(n) for n in args.jobs.split(",") if n.strip()]
+    except ValueError:
+        print(f"cpn bench scale: --jobs {args.jobs}: give comma-separated whole numbers", file=sys.stderr)
+        return 2
+    try:
+        runs = bench_scale(
+            policy_settings(args.policy),
+            sizes,
+            load_model(args.clusters, ClustersConfig),
+            ThroughputTable.load(args.throughputs),
+            seed=args.seed,
+            gap_s=args.gap_s,
+            progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+        )
+    except (ConfigError, ThroughputFormatError, ValueError, FileNotFoundError) as exc:
+        print(f"cpn bench scale: {exc}", file=sys.stderr)
+        return 2
+    for run in runs:
+        jct = "-" if run.mean_jct_s is None else f"{run.mean_jct_s / 3600:.2f} h"
+        print(
+            f"{args.policy}: {run.jobs:,} jobs: wall {run.wall_s:.1f} s, CPU {run.cpu_s:.1f} s; "
+            f"makespan {run.makespan_s / 3600:.1f} h, mean JCT {jct}"
+        )
+    if len(runs) > 1:
+        small, large = min(runs, key=lambda r: r.jobs), max(runs, key=lambda r: r.jobs)
+        print(
+            f"{large.jobs:,} vs {small.jobs:,} jobs ({large.jobs / small.jobs:g}x): wall "
+            f"{large.wall_s / small.wall_s:.2f}x, CPU {large.cpu_s / small.cpu_s:.2f}x"
+        )
     return 0
 
 

@@ -23,6 +23,10 @@
   (200, `cancelled`); one on a cluster gets a cancel request the scheduler's next round carries out,
   deleting it there (202, `requested`); a job that had ended is left as it was (200, `finished`). 403
   with another namespace's token, 404 for an unknown job; who cancelled and when is in its history.
+- `GET /clusters`, `POST /clusters` (a cluster's YAML or JSON, as `cpn cluster add FILE`),
+  `POST /clusters/{name}/cordon|uncordon`, `DELETE /clusters/{name}?force=true`: the cluster set, changed
+  at the scheduler's next round (cpn.adapters.clusters); only for a token for every namespace (403 otherwise),
+  404 for an unknown cluster, 409 for a change the set refuses, 422 for a cluster that fails validation.
 - `GET /healthz`: the API is up (no token needed), and, in `cpn run`, `"leader"`: whether this replica
   leads the scheduling loop; job counts per state with a token for every namespace.
 - `GET /metrics`: cpn's own metrics in Prometheus' text format (no token needed, like `/healthz`:
@@ -55,6 +59,8 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.concurrency import run_in_threadpool
 
+from config.settings import ConfigError
+from cpn.adapters.clusters import cluster_summary, cluster_to_add
 from cpn.adapters.gateway import NoLog
 from cpn.auth import ANONYMOUS, ApiSecurity, Principal
 from cpn.intake import IntakeError, Reading, read_manifests
@@ -62,12 +68,14 @@ from cpn.jobs import JobSpec, JobState
 from cpn.safe_yaml import clip
 from cpn.store import (
     CancelOutcome,
+    ClusterRefused,
     JobConflict,
     JobRecord,
     JobStore,
     StoreUnavailable,
     SubmitOutcome,
     Transition,
+    UnknownCluster,
     UnknownJob,
 )
 
@@ -243,6 +251,43 @@ def create_app(
             return answer
         return answer | {"jobs": {state.value: n for state, n in counts.items()}}
 
+    @app.get("/clusters")
+    def list_clusters(request: Request) -> dict[str, Any]:
+        """The cluster set (cpn.adapters.clusters.cluster_summary); a token for every namespace only."""
+        _admin(_principal(request), "read the cluster set")
+        return {"clusters": cluster_summary(store)}
+
+    @app.post("/clusters", status_code=201)
+    async def add_cluster(request: Request) -> dict[str, Any]:
+        """Add the cluster the YAML or JSON body describes (as `cpn cluster add FILE`); 422 when it fails
+        validation, 409 when the set has it already."""
+        _admin(_principal(request), "add clusters")
+        body = await _read_body(request, INLINE_BYTES)
+
+        def add() -> str:
+            try:
+                name, spec = cluster_to_add(store.clusters(), yaml.safe_load(body))
+            except (yaml.YAMLError, ConfigError) as exc:
+                raise _BadRequest(f"the cluster was not added: {clip(str(exc))}", status=422) from None
+            store.add_cluster(name, spec)
+            return name
+
+        return {"name": await run_in_threadpool(add), "state": "active"}
+
+    @app.post("/clusters/{name}/{action}")
+    def cordon_cluster(request: Request, name: str, action: Literal["cordon", "uncordon"]) -> dict[str, Any]:
+        """Cordon (no new jobs) or uncordon a cluster; 404 for an unknown one."""
+        _admin(_principal(request), "cordon clusters")
+        state: Literal["active", "cordoned"] = "cordoned" if action == "cordon" else "active"
+        return {"name": name, "state": state, "changed": store.set_cluster_state(name, state)}
+
+    @app.delete("/clusters/{name}")
+    def remove_cluster(request: Request, name: str, force: bool = False) -> dict[str, Any]:
+        """Remove a cluster (as `cpn cluster remove`); 409 for the last one or one with jobs on it without
+        `force`, which marks them lost and queues them again."""
+        _admin(_principal(request), "remove clusters")
+        return {"name": name, "state": "removed", "lost": store.remove_cluster(name, force=force)}
+
     if metrics is not None:
 
         @app.get("/metrics")
@@ -285,6 +330,14 @@ def _principal(request: Request) -> Principal:
     return request.scope["cpn.principal"]
 
 
+def _admin(principal: Principal, action: str) -> None:
+    """Refuse (403) a token that is not for every namespace: only such a token may change the cluster set."""
+    if principal.namespaces is not None:
+        raise _BadRequest(
+            f"the token {principal.name!r} may not {action}: that takes a token for every namespace", 403
+        )
+
+
 def _authorize(principal: Principal, namespaces: list[str], action: str) -> None:
     denied = sorted({ns for ns in namespaces if not principal.may(ns)})
     if denied:
@@ -324,6 +377,10 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(JobConflict)
     async def conflict(request: Request, exc: JobConflict) -> JSONResponse:
         return _error(409, str(exc), job_id=exc.job_id, differing=list(exc.differing))
+
+    @app.exception_handler(ClusterRefused)
+    async def cluster_refused(request: Request, exc: ClusterRefused) -> JSONResponse:
+        return _error(404 if isinstance(exc, UnknownCluster) else 409, str(exc))
 
     @app.exception_handler(UnknownJob)
     async def unknown(request: Request, exc: UnknownJob) -> JSONResponse:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from config.settings import DEFAULT_CPU_THRESHOLD, ClustersConfig
-from cpn.adapters.clusters import ClusterSet
+from cpn.adapters.clusters import ClusterBook, ClusterSet, stored_clusters, stored_config
 from cpn.adapters.gateway import ClusterGateway
 from cpn.adapters.migrator import Migrator
 from cpn.clock import Clock, SimClock, WallClock
@@ -209,11 +209,27 @@ def build_service(
         except BaseException:
             store.close()
             raise
+    configured, rows, gone = clusters, [], ()
+    if live:  # the cluster set lives in the store (cpn.adapters.clusters)
+        rows = stored_clusters(store, configured)
+        clusters = stored_config(configured, [r for r in rows if r.state != "removed"])
+        if any(c.kube_context for c in clusters.clusters) and not real:
+            if lease is not None:
+                lease.release()
+            store.close()
+            raise ValueError(
+                "the store's cluster set has real clusters (kube_context) and the config none: start with a "
+                "config that names one, so the service runs on the wall clock"
+            )
+        # removed simulated clusters stay in the simulator, which replays what ran there (cpn.sim.journal)
+        gone = tuple(
+            n for r in rows if r.state == "removed" for n in nodes_from_config(stored_config(configured, [r]))
+        )
     simulated = [c.name for c in clusters.clusters if not c.kube_context]
     gateways: dict[str, ClusterGateway] = {}
     simulator = journal = driver = None
-    if simulated:
-        nodes = tuple(n for n in nodes_from_config(clusters) if n.cluster in simulated)
+    if simulated or gone:
+        nodes = tuple(n for n in nodes_from_config(clusters) if n.cluster in simulated) + gone
         simulator = SimulatedGateway(nodes, ground_truth(table), sim_clock, keep_executions=not live)
         sim_gateway: ClusterGateway = simulator
         if live and durable:
@@ -221,9 +237,11 @@ def build_service(
             journal = JournaledGateway(simulator, kept)
             sim_gateway = journal
         gateways.update(dict.fromkeys(simulated, sim_gateway))
-    for name in real:
+    for name in (c.name for c in clusters.clusters if c.kube_context):
         gateways[name] = _real_gateway(clusters, name)
-    gateway = ClusterSet({c.name: gateways[c.name] for c in clusters.clusters})
+    gateway = ClusterSet(
+        {c.name: gateways[c.name] for c in clusters.clusters}, [r.name for r in rows if r.state == "cordoned"]
+    )
     transfers = TransferTimes(clusters)
     migrator = _migrator_for(clusters, transfers, sim_clock, live)
     if node_load is None and live:
@@ -258,6 +276,20 @@ def build_service(
         lease=lease,
         forecast=live,  # a replay looks forward only when a benchmark asks (cpn.bench.recorder.record_on)
     )
+    if live and not read_only:
+
+        def join(config: ClustersConfig, name: str) -> ClusterGateway:
+            """The gateway of cluster `name`, joining while the service runs."""
+            if config.cluster(name).kube_context:
+                if not real:
+                    raise ValueError(f"{name} is a real cluster: it joins only a service on the wall clock")
+                return _real_gateway(config, name)
+            if simulator is None:
+                raise ValueError(f"{name} is simulated: it joins only a service with simulated clusters")
+            simulator.add_nodes(tuple(n for n in nodes_from_config(config) if n.cluster == name))
+            return sim_gateway
+
+        scheduler.cluster_book = ClusterBook(store, configured, gateway, join, transfers).refresh
     return Service(
         clusters=clusters,
         clock=clock,

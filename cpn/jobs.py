@@ -93,6 +93,10 @@ class JobSpec:
     preemptible: bool = True
     """False when it is marked not preemptible (the `preemptible: "false"` annotation): preemption never
     stops it, whatever its team borrows."""
+    generation: int = 0
+    """How many times the job was preempted before this run: never the user's, the scheduler sets it from
+    the job's history (its `preempted` transitions) when it submits, so that a resubmission runs under a
+    new object name (cpn.adapters.kubernetes.labels.object_name) and nothing of a stopped run is reused."""
     manifest: str = field(default="", compare=False, repr=False)
     """The Kubernetes documents the job was accepted from (YAML): the workload, then the objects submitted
     with it (the Service of a Deployment); submitted unchanged but for placement."""

@@ -33,6 +33,11 @@ class TransferTimes:
         self._measured: dict[tuple[str, str], tuple[float, float]] = {}
         """(src, dst) -> (Gbit moved, seconds taken) by measured transfers."""
 
+    def reconfigure(self, clusters: ClustersConfig) -> None:
+        """Work over `clusters` from now (the cluster set changed while cpn runs); measured transfers kept."""
+        self.clusters = clusters
+        self.names = tuple(c.name for c in clusters.clusters)
+
     def bandwidth_gbps(self, src: str, dst: str) -> float:
         """The src->dst bandwidth estimate: configured prior and measured transfers together."""
         prior = self.clusters.bandwidth_gbps(src, dst)

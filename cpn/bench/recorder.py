@@ -20,7 +20,7 @@ from cpn.decisions import Decision, Estimate, Snapshot, SolverRound
 from cpn.engine.forecast import Forecaster
 from cpn.engine.scheduler import Scheduler
 from cpn.jobs import JobSpec
-from cpn.policies.base import Policy
+from cpn.policies.base import Policy, looked_forward_with
 from cpn.rules import POOLS_FOR_KIND
 
 
@@ -109,11 +109,12 @@ class RecordingPolicy:
         return self._cards[key]
 
 
-def record_on(scheduler: Scheduler, recorder: RecordingPolicy, keep_plan: bool = False) -> Forecaster:
-    """Have `scheduler`, which decides by `recorder`, look forward with the policy `recorder` wraps (its
-    simulated rounds are no rounds of the run) and hand `recorder` each round's final decision; returns
-    the forecaster (its `spent_s` is what the forward look cost)."""
-    forecaster = scheduler.forecaster = Forecaster(recorder.policy, keep_plan)
+def record_on(scheduler: Scheduler, recorder: RecordingPolicy, keep_plan: bool | None = None) -> Forecaster:
+    """Have `scheduler`, which decides by `recorder`, look forward with the policy `recorder` wraps (as
+    `looked_forward_with` says; its simulated rounds are no rounds of the run; `keep_plan` as `Forecaster`
+    takes it) and hand `recorder` each round's final decision; returns the forecaster (its `spent_s` is
+    what the forward look cost)."""
+    forecaster = scheduler.forecaster = Forecaster(looked_forward_with(recorder.policy), keep_plan)
     scheduler.on_decision = recorder.observe
     return forecaster
 

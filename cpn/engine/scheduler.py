@@ -50,7 +50,7 @@ from cpn.engine.lease import SchedulerLease
 from cpn.engine.queue_view import QueueView
 from cpn.inventory import Node, NodeState
 from cpn.jobs import Cause, IllegalTransition, JobSpec, JobState
-from cpn.policies.base import Policy
+from cpn.policies.base import Policy, looked_forward_with
 from cpn.rules import EXCLUSIVE_REASON, gang_cpu, is_sharing
 from cpn.store import JobStore, UnknownJob
 from cpn.transfer import TransferTimes
@@ -265,13 +265,16 @@ class Scheduler:
         Explaining costs time in proportion to the queue; a replay throttles it, the live service does not."""
         self.lease = lease
         """The store's scheduler lease it acts under; None where no other process schedules the store."""
-        self.forecaster: Forecaster | None = Forecaster(policy) if forecast else None
+        self.forecaster: Forecaster | None = Forecaster(looked_forward_with(policy)) if forecast else None
         """Looks forward each round to predict when every waiting job starts (cpn.engine.forecast); None:
         only the policy's own plan predicts starts."""
         self.teams = teams
         """Teams, quotas and weights the policy orders and limits by (Snapshot.teams); None = no teams."""
         self.on_decision: Callable[[Snapshot, Decision], None] | None = None
         """Called with each round's snapshot and final decision (a benchmark records the predictions)."""
+        self.cluster_book: Callable[[], bool] | None = None
+        """Called first in every round: brings the cluster set up to the store's (cpn.adapters.clusters
+        ClusterBook.refresh); True if it changed (transfer times are worked out anew). None: a fixed set."""
         self._explained_at = -math.inf
         self._running: dict[str, RunningJob] = {}
         """job_id -> predicted end and cards of each running job (bounded by the jobs running)."""
@@ -400,6 +403,9 @@ class Scheduler:
         """Stage 1: apply the clusters' events and finished migrations; returns the events."""
         if self.lease is not None:
             self.lease.renew()
+        if self.cluster_book is not None and self.cluster_book():
+            self._transfer_from.clear()
+            self._update_transfers(self.queue.pending())
         events = self.gateway.poll_events()
         self.apply_events(events)
         if self.migrator is not None:
@@ -774,6 +780,9 @@ class Scheduler:
         if copied is not None:
             learned = {"location": copied.cluster, "image": copied.image or None}
             head = _migrated(copied)
+        generation = self._retries(spec.job_id, Cause.PREEMPTED)  # from the history: survives a restart
+        if generation:
+            spec = replace(spec, generation=generation)
         try:
             self.gateway.submit(spec, placement)
         except SubmitRejected as exc:

@@ -29,3 +29,9 @@ def by_priority(jobs: tuple[JobSpec, ...]) -> list[JobSpec]:
     if not any(job.priority for job in jobs):  # the common case: one priority, the order as it is
         return list(jobs)
     return sorted(jobs, key=lambda job: -job.priority)
+
+
+def looked_forward_with(policy: Policy) -> Policy:
+    """The policy a forward look (cpn.engine.forecast) replays for `policy`: the one `policy` names as its
+    `looks_with` (a preempting policy's inner one, cpn.policies.preemption), else `policy` itself."""
+    return getattr(policy, "looks_with", policy)

@@ -13,19 +13,29 @@ it. With `pessimism` (GreedySettings, default 1) > 0, runtimes are each estimate
 surer of finishes first on that reckoning. Memory-aware, as `fifo` is. A service (`JobSpec.is_service`)
 needs no estimate: it runs on any GPU type until deleted, so it goes where it starts first
 (`service_option`). A training job with no estimate at all is rejected with the reason in the round it
-is new, as is a job no node could ever take (`Capacity.vet`), and one whose estimates are all infinite
-when it is asked (while anything is free); every job left queued gets its reason (cpn.policies.waiting).
+is new, as is a job no node could ever take (`Capacity.vet`), and so is one whose estimates are all
+infinite (none awaiting a benchmark) when it is asked, while anything is free; every job left queued
+gets its reason (cpn.policies.waiting). A round visits only the jobs of shapes that can start
+(`worth_trying`), so its cost follows what can start, not the queue's length.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 
 from config.policies import GreedySettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot
 from cpn.jobs import JobSpec
 from cpn.policies.base import by_priority
-from cpn.policies.placement import NO_ESTIMATE, Capacity, Option, awaits_benchmark, usable_runtimes
+from cpn.policies.placement import (
+    NO_ESTIMATE,
+    Capacity,
+    Option,
+    awaits_benchmark,
+    queue_lines,
+    usable_runtimes,
+)
 from cpn.policies.teams import FairQueue
 from cpn.policies.waiting import WaitingExplainer
 
@@ -59,53 +69,77 @@ class GreedyPolicy:
         self.settings = settings or GreedySettings()
 
     def decide(self, snapshot: Snapshot) -> Decision:
-        """Place each job where it finishes first while anything is free; reject jobs that can never run.
-
-        The queue is taken in order one shape at a time (`queue_lines`): once a job is not worth trying
-        on what is left, no job of its shape is (what is free only shrinks within a round), so the rest
-        of its shape is not visited, and a round costs what can start, not what is queued."""
+        """Place each job where it finishes first while anything is free; reject jobs that can never run."""
         capacity = Capacity(snapshot)
         placements: list[Placement] = []
         rejections, pending = capacity.vet(estimated=True)
         done = {r.job_id for r in rejections}
+        """Jobs placed or rejected this round."""
         for job in snapshot.pending if snapshot.fresh is None else snapshot.fresh:
             if job.job_id not in done and not job.is_service and not snapshot.estimates.get(job.job_id):
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
                 done.add(job.job_id)
-        lines = queue_lines(snapshot).lines
-        heads = [(line[0][0], key, 0) for key, line in lines.items()]
-        heapq.heapify(heads)
-        while heads and not capacity.exhausted:
-            _, key, i = heapq.heappop(heads)
-            line = lines[key]
-            job = line[i][1]
-            if job.job_id not in done and not capacity.worth_trying(job):
-                continue  # nor is any job of its shape behind it this round
-            if i + 1 < len(line):
-                heapq.heappush(heads, (line[i + 1][0], key, i + 1))
-            if job.job_id in done:
-                continue
+        queue = FairQueue(snapshot, by_priority(pending) if snapshot.teams is not None else ())
+        for job in worth_trying(snapshot, capacity, queue, done):
             service = job.is_service
             runtimes = None if service else usable_runtimes(snapshot, job, self.settings.pessimism)
             if runtimes is not None and not runtimes:
-                rejections.append(Rejection(job.job_id, NO_ESTIMATE))
-                done.add(job.job_id)
+                if not awaits_benchmark(snapshot, job):
+                    rejections.append(Rejection(job.job_id, NO_ESTIMATE))
+                    done.add(job.job_id)
                 continue
             fit = capacity.fit(job, runtimes)
-            if not fit.options:
+            options = queue.allowed(job, fit.options)
+            if not options:
                 if fit.never is not None:
                     rejections.append(Rejection(job.job_id, fit.never))
                     done.add(job.job_id)
                 continue
             if runtimes is None:
-                best = service_option(snapshot, job, fit.options)
+                best = service_option(snapshot, job, options)
             else:
-                best = min(fit.options, key=lambda o: finish_time(snapshot, job, o, runtimes))
+                best = min(options, key=lambda o: finish_time(snapshot, job, o, runtimes))
+            queue.took(job, best)
             placements.append(capacity.take(best, job))
             done.add(job.job_id)
         waiting: tuple = ()
         if snapshot.explain:
             explainer = WaitingExplainer(capacity)
             left = (job for job in by_priority(pending) if job.job_id not in done)
-            waiting = tuple(explainer.explain(job, estimated=not job.is_service) for job in left)
+            waiting = tuple(queue.waiting(explainer, job, estimated=not job.is_service) for job in left)
         return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)
+
+
+def worth_trying(
+    snapshot: Snapshot, capacity: Capacity, queue: FairQueue, done: set[str]
+) -> Iterator[JobSpec]:
+    """The queued jobs not in `done` that are worth trying (`Capacity.worth_trying`) on what `capacity`
+    has left when each is asked, in the queue's order, until nothing is free.
+
+    Whether a job is worth trying depends only on its shape (`shape_of`), and once it is not, it stays
+    not for the rest of the round (what is free only shrinks). So without teams the queue is taken one
+    shape at a time (`queue_lines`, merged in queue order), and a shape is dropped at its first job not
+    worth trying: a round visits the jobs of the shapes that can start, not the whole queue. With teams
+    (`queue`: their fair order, cpn.policies.teams) every job is asked in that order."""
+    if snapshot.teams is not None:
+        for job in queue:
+            if capacity.exhausted:
+                return
+            if job.job_id not in done and capacity.worth_trying(job):
+                yield job
+        return
+    lines = queue_lines(snapshot).lines
+    heads = [(line[0][0], key, 0) for key, line in lines.items()]
+    heapq.heapify(heads)
+    while heads and not capacity.exhausted:
+        _, key, i = heapq.heappop(heads)
+        line = lines[key]
+        job = line[i][1]
+        if job.job_id in done:
+            pass
+        elif capacity.worth_trying(job):
+            yield job
+        else:
+            continue  # nor is any job of its shape behind it
+        if i + 1 < len(line):
+            heapq.heappush(heads, (line[i + 1][0], key, i + 1))

@@ -124,17 +124,13 @@ class MilpPolicy:
     """Plans the queue with a MILP each round; see the module and docs/optimiser.md."""
 
     name = "milp"
+    keeps_plan = True
+    """Its waiting jobs' predicted starts are its plan's: the forward look (cpn.engine.forecast) keeps them
+    (looking forward with a solve at every simulated end would cost a solve per queued job)."""
 
     def __init__(self, settings: MilpSettings | None = None) -> None:
         self.settings = settings or MilpSettings()
         self._greedy = GreedyPolicy(GreedySettings(pessimism=self.settings.pessimism))
-
-    @property
-    def forward(self) -> GreedyPolicy:
-        """The policy a forward look (cpn.engine.forecast) runs in this one's place: greedy with the same
-        pessimism, whose plan is this one's warm start and fallback (a solve at every simulated end
-        would cost as many solves as the queue has jobs)."""
-        return self._greedy
 
     # --- the round ---------------------------------------------------------------------------------
 

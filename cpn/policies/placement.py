@@ -471,9 +471,8 @@ def queue_lines(snapshot: Snapshot) -> QueueLines:
     lines: dict[tuple, list[tuple[tuple[int, int], JobSpec]]] = {}
     for i, job in enumerate(snapshot.pending):
         lines.setdefault(shape_of(job), []).append(((-job.priority, i), job))
-    return QueueLines(
-        snapshot.pending, {key: tuple(sorted(line, key=lambda entry: entry[0])) for key, line in lines.items()}
-    )
+    by_rank = {key: tuple(sorted(line, key=lambda entry: entry[0])) for key, line in lines.items()}
+    return QueueLines(snapshot.pending, by_rank)
 
 
 NO_ESTIMATE = "no runtime estimate for any GPU type"

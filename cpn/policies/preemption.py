@@ -70,6 +70,10 @@ class PreemptingPolicy:
     def __init__(self, inner: Policy) -> None:
         self.inner = inner
         self.name = inner.name
+        self.looks_with = inner
+        """The policy the forward look replays in its place (cpn.policies.base.looked_forward_with): the
+        look carries out placements, never preemptions, and this policy places exactly as `inner` does, so
+        replaying it would only add the cost of `reclaim` at every simulated end."""
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """`inner`'s decision with `reclaim`'s preemptions and their jobs' `reclaiming` waits."""

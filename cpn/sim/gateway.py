@@ -195,6 +195,17 @@ class SimulatedGateway:
         self._ended: OrderedDict[str, tuple[_Run, float, str]] = OrderedDict()
         """job_id -> its last run, when it ended and the end line of its log (ENDED_LOGS_KEPT of them)."""
 
+    def add_nodes(self, nodes: Sequence[Node]) -> None:
+        """Let `nodes` join the simulated clusters (a cluster added while cpn runs); a node here already with
+        nothing running on it is replaced (a cluster removed and added again)."""
+        for node in nodes:
+            key = (node.cluster, node.name)
+            if key in self._use and self._use[key].running:
+                raise ValueError(f"node {node.key} is here already and runs jobs")
+            self._nodes[key] = node
+            self._use[key] = _NodeUse(free=list(range(node.gpu_count)), shared={}, running={})
+            self._states[key] = self._state(key)
+
     def _state(self, key: tuple[str, str]) -> NodeState:
         node, use = self._nodes[key], self._use[key]
         return NodeState(

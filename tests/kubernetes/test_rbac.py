@@ -73,7 +73,7 @@ def test_the_cpn_role_grants_every_call_of_a_jobs_life(server):
         gw.close()
     calls = {call_of(m, p) for m, p in server.requests}
     assert ("", "pods/log", "get") in calls and ("batch.volcano.sh", "jobs", "watch") in calls
-    assert ("apps", "deployments", "delete") in calls and ("batch.volcano.sh", "jobs", "get") in calls
+    assert ("apps", "deployments", "delete") in calls and ("batch.volcano.sh", "jobs", "list") in calls
     missing = sorted(c for c in calls if not allowed(rules("cpn"), *c))
     assert missing == []
 

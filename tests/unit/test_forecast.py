@@ -145,7 +145,7 @@ def test_an_arrival_is_looked_at_from_where_it_could_start_and_predicts_as_a_fre
     expected = predictions(fresh, later)
     following = Forecaster(Counting(policy))
     predictions(following, first)
-    following.looker.decided = 0
+    following.policy.decided = 0
     got = predictions(following, later)
     assert {j: p[:3] for j, p in got.items()} == {j: p[:3] for j, p in expected.items()}
-    assert following.followed == 1 and following.looker.decided == asked
+    assert following.followed == 1 and following.policy.decided == asked

@@ -135,3 +135,25 @@ def test_the_reservation_starts_a_wide_job_that_backfilling_starves():
     assert _replay("greedy") > 40 * H  # greedy backfills the 1-card jobs as long as they come
     assert _replay("milp", reservation=False, objective="weighted-completion") > 40 * H
     assert _replay("milp") < 6 * H  # reserved once it has waited longer than it runs (2 h)
+
+
+def test_a_round_where_nothing_can_start_solves_nothing_and_the_forecaster_keeps_the_last_plan():
+    from cpn.engine.forecast import Forecaster
+
+    v2 = node("v2", "v100")
+    runtimes = {j: {"v100": H} for j in ("r", "a", "b", "c")}
+    forecaster = Forecaster(make_policy("milp"))
+    first = snap(
+        0.0, [job("a"), job("b")], [running(V, "r"), NodeState(v2, 1)], runtimes, {"r": (H, V.key, 1)}
+    )
+    decision = forecaster.apply(first, forecaster.policy.decide(first))
+    (placed,) = decision.placements
+    started = placed.job_id
+    (waits,) = decision.waiting
+    assert decision.solver is not None and waits.predicted_start == H  # when r frees the other card
+    full = [running(V, "r"), running(v2, started)]
+    ends = {"r": (H, V.key, 1), started: (H, v2.key, 1)}
+    later = snap(H / 2, [job(waits.job_id), job("c", arrival=H / 2)], full, runtimes, ends)
+    decision = forecaster.apply(later, forecaster.policy.decide(later))
+    assert decision.solver is None and not decision.placements  # both cards busy: no model is built
+    assert [(w.job_id, w.predicted_start) for w in decision.waiting] == [(waits.job_id, H), ("c", None)]

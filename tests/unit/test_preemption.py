@@ -9,14 +9,19 @@ from types import MappingProxyType
 
 import pytest
 
-from cpn.decisions import Preemption, RunningJob, Team
+from cpn.clock import SimClock
+from cpn.decisions import Decision, Preemption, RunningJob, Team
+from cpn.engine.scheduler import Scheduler
 from cpn.intake import parse_manifests
+from cpn.jobs import Cause, JobSpec, JobState
 from cpn.policies import make_policy
+from cpn.policies.fifo import FifoPolicy
 from cpn.policies.preemption import GRACE_S
-from cpn.sim.gateway import Stopped
-from cpn.sim.truth import LOAD_S
+from cpn.sim.gateway import SimulatedGateway, Stopped
+from cpn.sim.truth import LOAD_S, GroundTruth
+from cpn.store import JobStore
 from tests.unit.test_policies import job, node, snap, state
-from tests.unit.test_sim import V100, make, place
+from tests.unit.test_sim import TABLE, V100, make, place
 from tests.unit.test_sim import job as sim_job
 from tests.unit.test_teams import teams
 
@@ -123,3 +128,56 @@ spec:
 """
     (spec,) = parse_manifests(manifest)
     assert (spec.checkpoint_interval_s, spec.preemptible) == (600.0, False)
+
+
+class _Generations(SimulatedGateway):
+    """The simulated clusters, recording the name generation of every spec submitted."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.generations: list[tuple[str, int]] = []
+
+    def submit(self, job: JobSpec, placement) -> None:
+        self.generations.append((job.job_id, job.generation))
+        super().submit(job, placement)
+
+
+def test_the_scheduler_stops_a_victim_once_and_resubmits_it_once_under_its_next_generation():
+    """Stopped at 250 s (checkpoints every 100 s) the run keeps 2,000 of its 3,000 steps; the job is queued
+    again with cause `preempted`, a second preemption of it while queued deletes nothing, the deleted run's
+    end is no transition of the job's, and the next round submits it once, as generation 1, which a
+    scheduler built again on the same store (a restart) still knows."""
+    clock = SimClock()
+    store = JobStore(":memory:", clock=clock)
+    gateway = _Generations((V100,), GroundTruth(TABLE), clock)
+    scheduler = Scheduler(store, gateway, FifoPolicy(), clock, forecast=False)
+    store.submit([sim_job("bulk/j", steps=3000, checkpoint_interval_s=100.0)])
+    assert scheduler.round().placed == 1
+    gateway.advance(250.0)
+    scheduler.collect()  # running
+    stop = Preemption("bulk/j", "a/x", "team a reclaims", ((f"{V100.cluster}/{V100.name}", 1),), 0.01, 30.0)
+    assert scheduler.preempt(Decision(preemptions=(stop,))) == 1
+    assert scheduler.preempt(Decision(preemptions=(stop,))) == 0  # queued now: nothing to delete
+    last = store.history("bulk/j")[-1]
+    assert (last.to_state, last.cause) == (JobState.QUEUED, Cause.PREEMPTED)
+    assert last.reason.startswith("preempted for a/x: team a reclaims; cards b/v100-0 x1; 0.010 GPU-hours")
+    assert gateway.checkpointed == {"bulk/j": 2000.0}
+
+    restarted = Scheduler(store, gateway, FifoPolicy(), clock, forecast=False)
+    assert restarted.round().placed == 1
+    assert gateway.generations == [("bulk/j", 0), ("bulk/j", 1)]
+    gateway.advance(gateway.next_event_time())
+    restarted.round()
+    states = [t.to_state for t in store.history("bulk/j")]
+    assert states == [
+        JobState.QUEUED,
+        JobState.ASSIGNED,
+        JobState.SUBMITTED,
+        JobState.RUNNING,
+        JobState.QUEUED,
+        JobState.ASSIGNED,
+        JobState.SUBMITTED,
+        JobState.RUNNING,
+        JobState.SUCCEEDED,
+    ]
+    assert store.get("bulk/j").updated_at == pytest.approx(250.0 + LOAD_S + 100.0)

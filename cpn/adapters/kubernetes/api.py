@@ -123,6 +123,8 @@ class Kind:
     read: Callable[[Api, str, str], Callable[[], Any]]
     delete: Callable[..., Callable[[], Any]]
     """(api, namespace, name, grace_s=None): the call deleting it, its pods given `grace_s` seconds."""
+    list: Callable[[Api, str, str], Callable[[], Any]]
+    """(api, namespace, label selector): the call listing those of the namespace the selector matches."""
 
 
 def _grace(grace_s: float | None) -> dict[str, int]:
@@ -142,6 +144,7 @@ def _typed(group: str, noun: str) -> Kind:
                 method(api, "delete"), name, ns, propagation_policy="Background", **_grace(grace_s)
             )
         ),
+        list=lambda api, ns, selector: lambda: api.call(method(api, "list"), ns, label_selector=selector),
     )
 
 
@@ -164,6 +167,11 @@ def _volcano() -> Kind:
                 name,
                 propagation_policy="Background",
                 **_grace(grace_s),
+            )
+        ),
+        list=lambda api, ns, selector: (
+            lambda: api.call(
+                api.custom.list_namespaced_custom_object, group, version, ns, plural, label_selector=selector
             )
         ),
     )

@@ -105,7 +105,7 @@ class KubernetesBinder:
             chosen = [self.nodes(placement.cluster, name) for name, _ in placement.nodes]
         except KeyError as exc:
             raise BindError(f"job {job.job_id}: {exc.args[0]}") from None
-        namespace, name = object_name(job.job_id)
+        namespace, name = object_name(job.job_id, job.generation)
         self._stamp(workload, job, placement, namespace, name)
         templates = _templates(workload)
         gpu_templates, reshaped = self._gpu_templates(job, templates, placement)

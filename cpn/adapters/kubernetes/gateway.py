@@ -180,7 +180,8 @@ class KubernetesGateway:
     # -- submission ------------------------------------------------------------------------------------
 
     def submit(self, job: JobSpec, placement: Placement) -> None:
-        """Create the job's objects as placed; a job already on the cluster is left as it is.
+        """Create the job's objects as placed, named for its generation (`object_name`); a job already on
+        the cluster is left as it is.
 
         Raises SubmitRejected, creating nothing, when the admission rule refuses the placement on what
         the cluster has now (`cpn.admission.admit`, with its reason), the manifest cannot be
@@ -196,7 +197,9 @@ class KubernetesGateway:
         except ApiError as exc:
             raise ApiRefusal(self.cluster, exc) from None
         with self._lock:
-            if job.job_id in self._claims or job.job_id in self._by_job:
+            # A later generation is created even if the view still holds the stopped run's objects (their
+            # DELETED events may lag); a second try of it meets 409 on its own name.
+            if job.job_id in self._claims or (job.generation == 0 and job.job_id in self._by_job):
                 return
             claims = [c for c, _ in self._claims.values()]
             states = {
@@ -268,30 +271,20 @@ class KubernetesGateway:
                 )
 
     def delete(self, job_id: str, grace_s: float | None = None) -> None:
-        """Delete the job's objects (see the module doc) and report its end at once; a job with no
-        workload here is left alone. ApiError when the API server refuses or stays unavailable."""
-        namespace, name = object_name(job_id)
-        found: list[tuple[tuple[str, str], str]] = []
-        for key in SUPPORTED_KINDS:
-            try:
-                obj = KINDS[key].read(self.api, namespace, name)()
-            except ApiError as exc:
-                if exc.status == 404:
-                    continue
-                raise
-            if _job_id_of(obj, self.labels) == job_id:
-                found.append((key, name))
-        if not found:
+        """Delete the job's objects, of every name generation, found by cpn's job label (see the module
+        doc), and report its end at once; a job with no workload here is left alone. ApiError when the
+        API server refuses or stays unavailable."""
+        namespace, _ = object_name(job_id)
+        selector = f"{self.labels.job}={job_key(job_id)}"
+        found = [  # workloads first (KINDS' order): those of every generation of the job
+            (key, obj["metadata"]["name"])
+            for key, kind in KINDS.items()
+            for obj in kind.list(self.api, namespace, selector)()["items"]
+            if _job_id_of(obj, self.labels) == job_id
+        ]
+        if not found or found[0][0] not in SUPPORTED_KINDS:
             return
         service = SUPPORTED_KINDS[found[0][0]] == "inference"
-        selector = f"{self.labels.job}={job_key(job_id)}"
-        for key, lister in (
-            (("v1", "Service"), self.api.core.list_namespaced_service),
-            (("v1", "ConfigMap"), self.api.core.list_namespaced_config_map),
-        ):
-            for obj in self.api.call(lister, namespace, label_selector=selector)["items"]:
-                if _job_id_of(obj, self.labels) == job_id:
-                    found.append((key, obj["metadata"]["name"]))
         for key, obj_name in found:
             try:
                 KINDS[key].delete(self.api, namespace, obj_name, grace_s)()

@@ -11,7 +11,9 @@ Every object cpn submits, and every pod template in it, carries:
 
 Object names are deterministic: the job id's name in the job id's namespace, so a second submission of
 the same job (a retry after a crash, a restart) meets a 409 AlreadyExists on the same object and is
-recognised by its job-id annotation, never run twice.
+recognised by its job-id annotation, never run twice. A run after the job was preempted n times (its
+`JobSpec.generation`, from its history) is named `<name>-g<n+1>`: it never meets an object of the stopped
+run, which may still be terminating.
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ def job_key(job_id: str) -> str:
     return hashlib.sha256(job_id.encode()).hexdigest()[:40]
 
 
-def object_name(job_id: str) -> tuple[str, str]:
-    """(namespace, name) of the object that runs `job_id`: the id's own parts, namespace `default` if none."""
+def object_name(job_id: str, generation: int = 0) -> tuple[str, str]:
+    """(namespace, name) of the object that runs `job_id` after `generation` preemptions: the id's own
+    parts, namespace `default` if none, the name suffixed `-g<generation + 1>` after a preemption."""
     namespace, _, name = job_id.rpartition("/")
-    return namespace or "default", name
+    return namespace or "default", f"{name}-g{generation + 1}" if generation else name
