@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from config.benchmarks import BENCHMARKS_YAML
+from config.runtime import hide_password
 from config.settings import ConfigError
 from config.tracking import DEFAULT_TRACKING_URI, EXPERIMENT, REGISTERED_MODEL
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
@@ -295,7 +296,8 @@ def run_train(args: argparse.Namespace) -> int:
     for r in results:
         version = f"version {r.version}" if r.version else "no version registered"
         print(f"{r.estimator:<9} run {r.run_id} {version}: {r.reason}")
-    print(f"tracking store: {args.tracking_uri}  (mlflow ui --backend-store-uri {args.tracking_uri})")
+    shown = hide_password(args.tracking_uri)
+    print(f"tracking store: {shown}  (mlflow ui --backend-store-uri {shown})")
     return 0
 
 

@@ -14,6 +14,10 @@ The API asks for bearer tokens unless `--no-auth` is given: on its first start `
 token for every namespace, keeps its hash in `$CPN_HOME/tokens.yaml` and the token itself in
 `$CPN_HOME/token` (mode 0600), and says so.
 
+With `--database postgresql://USER[:PASSWORD]@HOST[:PORT]` the job store, Prefect's database and MLflow's
+backend store are three databases on that PostgreSQL server (made if missing) instead of SQLite files in the
+cpn home; the URL's password is never printed.
+
 It prints the URLs once each answers. Telemetry and update checks are off everywhere, so nothing waits
 on the internet. Output of every service goes to `$CPN_HOME/logs/NAME.log`.
 """
@@ -22,13 +26,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from config.runtime import RuntimeSettings, runtime_settings
+from config.runtime import RuntimeSettings, hide_password, runtime_settings
 from config.settings import DEMO_DIR, REPO_ROOT
 
 TELEMETRY_OFF = {
@@ -76,6 +82,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="serve cpn's API without tokens (anyone on this machine may submit and cancel); default: tokens",
     )
     p.add_argument(
+        "--database",
+        metavar="URL",
+        help=(
+            "a PostgreSQL server, postgresql://USER[:PASSWORD]@HOST[:PORT][/DB]: the job store, Prefect's "
+            "database and MLflow's backend store go there, as databases cpn, prefect and mlflow (made if "
+            "missing; DB, default postgres, is the one connected to for making them); default: SQLite "
+            "files in the cpn home"
+        ),
+    )
+    p.add_argument(
+        "--database-prefix",
+        default="",
+        metavar="PREFIX",
+        help="prefix of the three databases' names with --database, e.g. `team1_` (default: none)",
+    )
+    p.add_argument(
         "--timeout", type=float, default=180, help="seconds each service may take to answer (default: 180)"
     )
     p.set_defaults(func=run)
@@ -104,10 +126,101 @@ def prefect_server_argv(port: int, ui: bool = True) -> list[str]:
     return argv if ui else [*argv, "--no-ui"]
 
 
-def service_env(prefect_url: str, mlflow_url: str) -> dict[str, str]:
+SERVER_DATABASES = ("cpn", "prefect", "mlflow")
+"""The databases `cpn up --database` keeps on the server (after the prefix): job store, Prefect, MLflow."""
+
+DATABASE_PREFIX = re.compile(r"[a-z_][a-z0-9_]*")
+"""What a --database-prefix may be: a lower-case identifier, so the names need no quoting anywhere."""
+
+
+class DatabaseError(Exception):
+    """--database names no usable PostgreSQL server; the message names the option, never a password."""
+
+
+@dataclass(frozen=True)
+class ServerDatabases:
+    """The URLs of the three databases `cpn up --database` uses, each with the driver its user needs."""
+
+    admin: str = field(repr=False)  # URLs may hold a password
+    """The database connected to for making the others (libpq URL, psycopg)."""
+    store: str = field(repr=False)
+    """The job store (CPN_STORE; cpn's store connects with psycopg 3)."""
+    prefect: str = field(repr=False)
+    """Prefect's database (its server needs the asyncpg driver)."""
+    mlflow: str = field(repr=False)
+    """MLflow's backend store, for its server and its clients (SQLAlchemy with psycopg 3)."""
+    names: tuple[str, ...]
+    """The three databases' names: job store, Prefect, MLflow."""
+
+
+def server_databases(server: str, prefix: str = "") -> ServerDatabases:
+    """The databases on the PostgreSQL server at `server` (postgresql://USER[:PASSWORD]@HOST[:PORT][/DB]),
+    named SERVER_DATABASES after `prefix`. Raises DatabaseError naming --database or --database-prefix."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if not DATABASE_PREFIX.fullmatch(prefix or "_"):
+        raise DatabaseError(f"--database-prefix {prefix!r}: use lower-case letters, digits and _")
+    try:
+        url = make_url(server)
+    except (ArgumentError, ValueError):  # not repeated: it may hold a password
+        raise DatabaseError(
+            "--database: cannot read the URL; write it as postgresql://USER[:PASSWORD]@HOST[:PORT]"
+        ) from None
+    if url.get_backend_name() != "postgresql":
+        raise DatabaseError(f"--database {hide_password(server)}: not a PostgreSQL URL (postgresql://...)")
+    names = tuple(prefix + name for name in SERVER_DATABASES)
+
+    def on(driver: str, database: str) -> str:
+        return url.set(drivername=driver, database=database).render_as_string(hide_password=False)
+
+    return ServerDatabases(
+        admin=on("postgresql", url.database or "postgres"),
+        store=on("postgresql", names[0]),
+        prefect=on("postgresql+asyncpg", names[1]),
+        mlflow=on("postgresql+psycopg", names[2]),
+        names=names,
+    )
+
+
+def create_missing_databases(databases: ServerDatabases) -> list[str]:
+    """Make those of the databases that the server lacks (CREATE DATABASE needs autocommit); returns
+    the names made. Raises DatabaseError when the server cannot be reached or refuses."""
+    import psycopg
+    from psycopg import sql
+
+    try:
+        with psycopg.connect(databases.admin, autocommit=True, connect_timeout=10) as admin:
+            found = {
+                row[0]
+                for row in admin.execute(
+                    "SELECT datname FROM pg_database WHERE datname = ANY(%s)", [list(databases.names)]
+                )
+            }
+            missing = [name for name in databases.names if name not in found]
+            for name in missing:
+                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseError(f"--database {hide_password(databases.admin)}: {reason}") from None
+    return missing
+
+
+def service_env(
+    prefect_url: str, mlflow_url: str, databases: ServerDatabases | None = None
+) -> dict[str, str]:
     """The environment every service and flow run gets: this cpn home, the Prefect API, the MLflow UI,
-    telemetry off."""
+    telemetry off; with `databases`, the job store, Prefect's and MLflow's stores on that server."""
     settings = runtime_settings()
+    on_server = (
+        {}
+        if databases is None
+        else {
+            "CPN_STORE": databases.store,
+            "PREFECT_SERVER_DATABASE_CONNECTION_URL": databases.prefect,
+            "CPN_TRACKING_URI": databases.mlflow,
+        }
+    )
     return {
         **os.environ,
         **TELEMETRY_OFF,
@@ -120,6 +233,7 @@ def service_env(prefect_url: str, mlflow_url: str) -> dict[str, str]:
         "PREFECT_SERVER_API_HOST": "127.0.0.1",
         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
         "PYTHONUNBUFFERED": "1",
+        **on_server,
     }
 
 
@@ -164,12 +278,25 @@ def run(args: argparse.Namespace) -> int:
     if busy:
         print(f"cpn up: port in use: {', '.join(busy)}; choose another with that option", file=sys.stderr)
         return 2
+    databases = None
+    if args.database:
+        try:
+            databases = server_databases(args.database, args.database_prefix)
+            made = create_missing_databases(databases)
+        except DatabaseError as exc:
+            print(f"cpn up: {exc}", file=sys.stderr)
+            return 2
+        print(
+            f"cpn up: job store, Prefect and MLflow in databases {', '.join(databases.names)} on "
+            f"{hide_password(args.database)}" + (f" (made {', '.join(made)})" if made else ""),
+            flush=True,
+        )
     settings = runtime_settings()
     logs = settings.home / "logs"
     prefect_url = f"http://127.0.0.1:{args.prefect_port}"
     mlflow_url = f"http://127.0.0.1:{args.mlflow_port}"
     api_url = f"http://127.0.0.1:{args.api_port}"
-    env = service_env(prefect_url, mlflow_url)
+    env = service_env(prefect_url, mlflow_url, databases)
     if not args.no_auth:
         print(f"cpn up: {ensure_admin_token(settings)}", flush=True)
     py = sys.executable
@@ -203,8 +330,6 @@ def run(args: argparse.Namespace) -> int:
                     "-m",
                     "mlflow",
                     "server",
-                    "--backend-store-uri",
-                    settings.mlflow_uri,
                     "--host",
                     "127.0.0.1",
                     "--port",
@@ -212,7 +337,8 @@ def run(args: argparse.Namespace) -> int:
                     "--workers",
                     "1",
                 ],  # fmt: skip
-                env=env,
+                # From the environment, not the command line: `ps` shows no password.
+                env={**env, "MLFLOW_BACKEND_STORE_URI": env["CPN_TRACKING_URI"]},
                 log_path=log("mlflow"),
             )
             run_argv = [

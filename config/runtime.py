@@ -11,6 +11,7 @@ same files.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -101,6 +102,15 @@ class RuntimeSettings(BaseSettings):
     def mlflow_uri(self) -> str:
         """The MLflow tracking URI; a SQLite one names an absolute file."""
         return self.tracking_uri or sqlite_uri(self.home / "mlflow.db")
+
+
+PASSWORD_IN_URL = re.compile(r"(?<=://)([^/@:?#]*):[^/@?#]*@")
+"""The `USER:PASSWORD@` part of a URL (the password percent-encoded, as URLs require)."""
+
+
+def hide_password(url: str) -> str:
+    """`url` with its password, if any, shown as `***`: every message that names a store uses it."""
+    return PASSWORD_IN_URL.sub(r"\1:***@", url)
 
 
 def sqlite_uri(path: Path) -> str:

@@ -132,7 +132,13 @@ def ground_truth(table: ThroughputTable) -> GroundTruth:
 def _real_gateway(clusters: ClustersConfig, name: str) -> ClusterGateway:
     from cpn.adapters.kubernetes import gateway_for
 
-    return gateway_for(clusters.cluster(name), clusters.label_domain, clusters.gpu_aliases)
+    cluster = clusters.cluster(name)
+    options = {}
+    if cluster.prometheus_url:  # a finished job's peak GPU memory, measured, goes on its end event
+        from cpn.adapters.prometheus import PeakGpuMemory
+
+        options["gpu_memory"] = PeakGpuMemory(cluster)
+    return gateway_for(cluster, clusters.label_domain, clusters.gpu_aliases, **options)
 
 
 def _metrics_for(clusters: ClustersConfig) -> MeasuredLoad | None:

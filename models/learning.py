@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from config.runtime import runtime_settings
+from config.runtime import hide_password, runtime_settings
 from cpn.engine.feedback import CompletedRun, completed_runs
 from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import ThroughputTable
@@ -73,7 +73,7 @@ def first_champion(
 ) -> None:
     """Train a model on `table` (GPU scores from `benchmarks`) and register it as the first champion of
     the store at `tracking_uri`, telling `progress` what it does and how long it took."""
-    progress(f"no champion yet: training one on the throughput table ({tracking_uri}) ...")
+    progress(f"no champion yet: training one on the throughput table ({hide_password(tracking_uri)}) ...")
     started = time.perf_counter()
     results = _train((), table, benchmarks, tracking_uri, "first-champion")
     progress(f"trained in {time.perf_counter() - started:.1f} s: {_outcome(results)}")

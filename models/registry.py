@@ -42,6 +42,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.types import ColSpec, Schema
 from sklearn.model_selection import GroupShuffleSplit
 
+from config.runtime import hide_password, runtime_settings
 from config.tracking import DEFAULT_TRACKING_URI, EXPERIMENT, REGISTERED_MODEL
 from cpn.decisions import Estimate
 from cpn.formats.throughput import ThroughputRow
@@ -181,6 +182,8 @@ def _experiment_id(client: MlflowClient, tracking_uri: str, name: str) -> str:
     if tracking_uri.startswith("sqlite:///"):
         db = Path(tracking_uri.removeprefix("sqlite:///"))
         location = (db.resolve().parent / "mlruns").as_uri()
+    elif tracking_uri.startswith("postgresql"):  # a database server (`cpn up --database`): the cpn home's
+        location = (runtime_settings().home / "mlruns").as_uri()  # not the working directory's
     return client.create_experiment(name, artifact_location=location)
 
 
@@ -491,7 +494,8 @@ def champion_version(tracking_uri: str, name: str = REGISTERED_MODEL) -> str | N
     except Exception as exc:  # an unreachable store surfaces as many exception types
         if isinstance(exc, MlflowException) and exc.error_code == "RESOURCE_DOES_NOT_EXIST":
             return None
-        raise PredictorUnavailable(f"cannot read the MLflow store {tracking_uri}: {exc}") from exc
+        store = hide_password(tracking_uri)
+        raise PredictorUnavailable(f"cannot read the MLflow store {store}: {exc}") from exc
     version = model.aliases.get(CHAMPION)
     return None if version is None else str(version)
 
@@ -536,7 +540,7 @@ class ChampionLoader:
 
     def load(self) -> Predictor:
         """The champion; the last good model if MLflow fails; PredictorUnavailable if there is none."""
-        where = f"models:/{self.name}@{self.alias} at {self.tracking_uri}"
+        where = f"models:/{self.name}@{self.alias} at {hide_password(self.tracking_uri)}"
         try:
             client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
             version = str(client.get_model_version_by_alias(self.name, self.alias).version)

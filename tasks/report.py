@@ -8,7 +8,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from config.runtime import runtime_settings
+from config.runtime import hide_password, runtime_settings
 from cpn.bench.report import write_run_report
 from cpn.bootstrap import Service
 
@@ -52,5 +52,6 @@ def publish_retraining(results: list[RunResult], tracking_uri: str) -> str:
             f"| {r.estimator} | {r.version} | {r.holdout_mape:.1%} | {champion} | {r.reason} | {run} |"
         )
     changed = any(r.champion for r in results)
-    head = f"Retraining on {tracking_uri}: the champion {'changed' if changed else 'stayed'}.\n\n"
+    store = hide_password(tracking_uri)
+    head = f"Retraining on {store}: the champion {'changed' if changed else 'stayed'}.\n\n"
     return str(create_markdown_artifact(key="retraining", markdown=head + "\n".join(lines)))

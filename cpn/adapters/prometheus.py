@@ -28,6 +28,8 @@ This is the only module that imports prometheus_api_client.
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -46,6 +48,8 @@ from cpn.adapters.metrics import (
     SeriesHealth,
     SeriesState,
 )
+
+log = logging.getLogger(__name__)
 
 GPU_READINGS = ("gpu_utilization", "gpu_memory_used", "gpu_memory_free")
 """Readings per card, labelled `Hostname` and `gpu`."""
@@ -208,10 +212,16 @@ class PrometheusMetrics:
             )
         return self._clients[cluster.name]
 
-    def _query(self, cluster: Cluster, promql: str) -> tuple[list[Sample], float | None]:
+    def query_at(self, cluster: Cluster, promql: str, at: float) -> list[Sample]:
+        """Samples of an instant query evaluated at `at` (Unix seconds); Unreachable when it cannot ask."""
+        return self._query(cluster, promql, {"time": f"{at:.3f}"})[0]
+
+    def _query(
+        self, cluster: Cluster, promql: str, params: Mapping[str, str] | None = None
+    ) -> tuple[list[Sample], float | None]:
         """Samples of an instant query and Prometheus's evaluation time (None when there were none)."""
         try:
-            result = self._client(cluster).custom_query(promql)
+            result = self._client(cluster).custom_query(promql, params=dict(params or {}))
         except (requests.RequestException, PrometheusApiClientException) as exc:
             raise Unreachable(f"{cluster.prometheus_url}: {type(exc).__name__}: {exc}") from None
         samples, evaluated = [], None
@@ -278,6 +288,71 @@ class PrometheusMetrics:
             detail="; ".join(details),
             frozen=frozen,
         )
+
+
+POD_LABEL, NAMESPACE_LABEL = "pod", "namespace"
+"""The labels dcgm-exporter attaches to a card's series for the pod that holds it (with `container`)."""
+
+
+def peak_memory_query(series: str, pods: Sequence[tuple[str, str]], window_s: float) -> str:
+    """PromQL for the peak framebuffer in use on any card of `pods` ((namespace, name) pairs) over the
+    `window_s` before the evaluation time: the highest per-card value of `series` (dcgm-exporter's
+    DCGM_FI_DEV_FB_USED, MiB, a bare metric name) among the samples labelled with those pods."""
+    if not pods:
+        raise ValueError("peak_memory_query needs at least one pod")
+    by_ns: dict[str, list[str]] = {}
+    for ns, name in pods:
+        # A regex metacharacter (a pod name has only '.') escaped, its backslash doubled in a PromQL string.
+        by_ns.setdefault(ns, []).append(re.sub(r"([.\\^$|?*+()\[\]{}])", r"\\\\\1", name))
+    parts = [
+        f'max_over_time({series}{{{NAMESPACE_LABEL}="{ns}",{POD_LABEL}=~"{"|".join(names)}"}}'
+        f"[{promql_duration(window_s)}])"
+        for ns, names in sorted(by_ns.items())
+    ]
+    return f"max({' or '.join(parts)})"
+
+
+class PeakGpuMemory:
+    """What one cluster's Prometheus measured of a finished job: its pods' peak GPU memory per card in GB
+    over its run (the Kubernetes gateway's `gpu_memory` source, so the value travels on the end event to
+    the job store and from there to the memory model's training data).
+
+    None when Prometheus has no sample of the pods' series over the run (dcgm-exporter without the pod
+    mapping, a run shorter than a scrape, a Prometheus that does not answer): the job then feeds the
+    runtime model only, and its end says so (cpn.adapters.kubernetes.gateway.NO_MEMORY_SERIES).
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        if cluster.prometheus_url is None:
+            raise ValueError(f"cluster {cluster.name} has no prometheus_url: nothing to measure peaks with")
+        self._metrics = PrometheusMetrics([cluster])
+        self.cluster = cluster
+
+    def __call__(
+        self, job_id: str, pods: tuple[tuple[str, str], ...], start: float, end: float
+    ) -> float | None:
+        """Peak GB per card of `pods` between `start` and `end` (Unix seconds), None = not measured."""
+        series = self.cluster.metrics.queries.gpu_memory_used.series
+        if not pods or end <= start:
+            return None
+        # One scrape interval past the end: the last sample before the pods went may come a little late.
+        window = end - start + self.cluster.metrics.scrape_interval_s
+        query = peak_memory_query(series, pods, window)
+        try:
+            samples = self._metrics.query_at(
+                self.cluster, query, end + self.cluster.metrics.scrape_interval_s
+            )
+        except Unreachable as exc:
+            log.warning("peak GPU memory of %s not measured: %s", job_id, exc)
+            return None
+        if not samples:
+            log.warning("peak GPU memory of %s not measured: no %s series for its pods", job_id, series)
+            return None
+        return max(s.value for s in samples) * SCALE["gpu_memory_used"]
+
+    def close(self) -> None:
+        """Close the HTTP session."""
+        self._metrics.close()
 
 
 def collected_in_background(clusters: Sequence[Cluster]) -> BackgroundMetrics:

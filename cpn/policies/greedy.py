@@ -121,6 +121,8 @@ def worth_trying(
     shape at a time (`queue_lines`, merged in queue order), and a shape is dropped at its first job not
     worth trying: a round visits the jobs of the shapes that can start, not the whole queue. With teams
     (`queue`: their fair order, cpn.policies.teams) every job is asked in that order."""
+    if capacity.hopeless(snapshot.shapes):
+        return
     if snapshot.teams is not None:
         for job in queue:
             if capacity.exhausted:

@@ -129,6 +129,7 @@ def reclaim(snapshot: Snapshot, decision: Decision) -> tuple[Preemption, ...]:
             continue
         use = ledger.use[team_name]
         if not use.below_quota():
+            stuck.add(team_name)  # at its quota: it reclaims nothing more this round
             continue
         best = _cheapest(snapshot, ledger, use, job, nodes.values(), taken)
         if best is None:

@@ -29,7 +29,7 @@ from models.registry import (
     train_and_register,
 )
 from models.retrain import retrain
-from tests.unit.test_predictor_support import benchmarks_dict, catalog, rows
+from tests.unit.test_predictor_support import SPEED, benchmarks_dict, catalog, rows
 
 pytestmark = pytest.mark.integration
 
@@ -129,6 +129,38 @@ def test_a_worse_model_does_not_take_the_alias(store):
     lost = client.get_run(worse.run_id).data.tags
     assert lost["cpn.champion"] == "false" and lost["champion_decision"] == worse.reason
     assert "rows it did not train on" in worse.reason
+
+
+def test_a_model_that_scores_a_gpu_type_the_champion_lacks_wins_though_worse(store):
+    """A card type just benchmarked: the champion cannot estimate it at all, so a candidate whose
+    benchmarks score it takes the alias even with a worse held-out error; without the new type the same
+    candidate loses."""
+    old = {g: s for g, s in SPEED.items() if g != "v100"}
+
+    def train(params, gpus):
+        table = rows(affinity=0.5, gpus=tuple(gpus))
+        return train_and_register(
+            table,
+            catalog(gpus),
+            estimators=["rf"],
+            params=params,
+            tracking_uri=store,
+            model_name=NAME,
+            splits=(),
+        )[0]
+
+    assert train(SMALL, old).champion
+    assert not train(POOR, old).champion
+    new = train(POOR, SPEED)
+    assert new.champion and "cannot estimate (v100)" in new.reason, new.reason
+    client = MlflowClient(tracking_uri=store)
+    assert str(client.get_model_version_by_alias(NAME, CHAMPION).version) == new.version == "2"
+    assert (
+        load_champion(store, NAME)
+        .estimate(JobSpec(job_id="ns/a", model="LM", batch_size=20, total_steps=1000), "v100")
+        .runtime_s
+        > 0
+    )
 
 
 def test_the_champion_is_judged_only_on_rows_it_did_not_train_on(store):

@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -78,15 +79,14 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory):
-    """`cpn up` on free ports with a fresh cpn home; yields (process, Prefect URL, ready seconds)."""
-    home = tmp_path_factory.mktemp("cpn-home")
+def start_cpn_up(home: Path, *options: str) -> Iterator[tuple]:
+    """`cpn up OPTIONS` on free ports with the cpn home `home`, until ready; yields (process, Prefect URL,
+    ready seconds, ports, home, what it printed) and kills whatever is left afterwards."""
     ports = [free_port() for _ in range(3)]
     env = {**os.environ, "CPN_HOME": str(home)}
     for var in ("PREFECT_API_URL", "CPN_STORE", "CPN_TRACKING_URI", "CPN_API_TOKEN"):
         env.pop(var, None)
-    argv = [sys.executable, "-c", "import sys; from cli import main; sys.exit(main())", "up"]
+    argv = [sys.executable, "-c", "import sys; from cli import main; sys.exit(main())", "up", *options]
     argv += ["--prefect-port", str(ports[0]), "--mlflow-port", str(ports[1]), "--api-port", str(ports[2])]
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -101,9 +101,17 @@ def control_plane(tmp_path_factory):
     else:
         pytest.fail("cpn up exited before it was ready:\n" + "".join(lines) + _logs(home))
     ready_s = time.monotonic() - started
-    yield proc, f"http://127.0.0.1:{ports[0]}", ready_s, ports, home
+    yield proc, f"http://127.0.0.1:{ports[0]}", ready_s, ports, home, "".join(lines)
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory):
+    """`cpn up` on free ports with a fresh cpn home; yields (process, Prefect URL, ready seconds, ports,
+    home)."""
+    for started in start_cpn_up(tmp_path_factory.mktemp("cpn-home")):
+        yield started[:5]
 
 
 def _logs(home: Path) -> str:

@@ -60,8 +60,16 @@ from .watch import CollectionWatch
 
 log = logging.getLogger(__name__)
 
-GpuMemorySource = Callable[[str, tuple[str, ...], float, float], float | None]
-"""(job id, nodes, start, end) -> peak GPU memory per card in GB over the run, None = unknown."""
+GpuMemorySource = Callable[[str, tuple[tuple[str, str], ...], float, float], float | None]
+"""(job id, its pods as (namespace, name), start, end) -> peak GPU memory per card in GB over the run,
+None = unknown (cpn.adapters.prometheus.PeakGpuMemory)."""
+
+NO_MEMORY_SERIES = (
+    "peak GPU memory not measured (no GPU memory series for its pods, or Prometheus did not answer): "
+    "runtime only"
+)
+"""The reason on a succeeded end whose GPU memory source found nothing: the job feeds the runtime model,
+not the memory model."""
 
 _ORDER = {"submitted": 0, "running": 1, "succeeded": 2, "failed": 2}
 
@@ -506,9 +514,10 @@ class KubernetesGateway:
             except ApiError as exc:
                 text = f"(log of pod {ns}/{name} not readable: {exc})"
             text = tail(text, self.log_lines, self.log_bytes)
-        mem = None
+        mem, reason = None, status.reason
         if self.gpu_memory is not None and status.phase == "succeeded" and status.start is not None:
-            mem = self.gpu_memory(job_id, status.nodes, status.start, end)
+            mem = self.gpu_memory(job_id, status.pods, status.start, end)
+            reason = reason or ("" if mem is not None else NO_MEMORY_SERIES)
         with self._lock:
             if text:
                 self._logs[job_id] = text
@@ -517,7 +526,7 @@ class KubernetesGateway:
                     self._logs.popitem(last=False)
             log_tail = text if status.phase == "failed" else ""
             self._events.append(
-                JobEvent(job_id, status.phase, end, status.reason, mem, log_tail)  # type: ignore[arg-type]
+                JobEvent(job_id, status.phase, end, reason, mem, log_tail)  # type: ignore[arg-type]
             )
             self._finishing -= 1
             self._finished.notify_all()

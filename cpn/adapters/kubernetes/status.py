@@ -35,6 +35,8 @@ class JobStatus:
     """Nodes its pods run or ran on."""
     failed_pod: tuple[str, str] | None = None
     """(namespace, name) of the pod whose log tells why it failed, else its first pod."""
+    pods: tuple[tuple[str, str], ...] = ()
+    """(namespace, name) of each of its pods, by name."""
 
 
 def timestamp(text: str | None) -> float | None:
@@ -77,17 +79,18 @@ def job_status(workload: Mapping[str, Any] | None, pods: Iterable[Mapping[str, A
     reasons = [(r, p) for p in pods if (r := pod_failure(p))]
     first = pods[0] if pods else None
     failed_pod = reasons[0][1] if reasons else first
-    where = None
-    if failed_pod is not None:
-        meta = failed_pod.get("metadata") or {}
-        where = (meta.get("namespace", "default"), meta.get("name", ""))
+    keys = tuple(
+        ((p.get("metadata") or {}).get("namespace", "default"), (p.get("metadata") or {}).get("name", ""))
+        for p in pods
+    )
+    where = None if failed_pod is None else keys[pods.index(failed_pod)]
     phase, end, reason = _ended(workload)
     if phase is None:
         running = any((p.get("status") or {}).get("phase") in ("Running", "Succeeded") for p in pods)
-        return JobStatus("running" if running else "submitted", start, None, "", nodes, where)
+        return JobStatus("running" if running else "submitted", start, None, "", nodes, where, keys)
     if phase == "failed" and reasons:
         reason = reasons[0][0]
-    return JobStatus(phase, start, end, reason, nodes, where)
+    return JobStatus(phase, start, end, reason, nodes, where, keys)
 
 
 def _ended(workload: Mapping[str, Any] | None) -> tuple[Phase | None, float | None, str]:
