@@ -202,7 +202,13 @@ def run_service(args: argparse.Namespace) -> int:
 
         def after_and_record(result: RoundResult) -> None:
             after(result)  # then the inventory for the web UI's clusters page, on the loop's own thread
-            capacity.record(service.gateway.inventory(), service.clock.now())
+            transfers = service.scheduler.transfers
+            capacity.record(
+                service.gateway.inventory(),
+                service.clock.now(),
+                load.latest if isinstance(load, MeasuredLoad) else None,
+                transfers.learned() if transfers is not None else None,
+            )
             telemetry.after_round(result, capacity.view().counts, health)  # what /metrics serves
 
         loop = LiveLoop(service.scheduler, interval, simulation=service.driver, on_round=after_and_record)
@@ -228,6 +234,8 @@ def run_service(args: argparse.Namespace) -> int:
                     security,
                     capacity.view,
                     service.clock.now,
+                    logs=service.gateway.logs,
+                    estimates=service.scheduler.estimator,
                 ),
                 host=args.host,
                 port=args.port,

@@ -47,6 +47,11 @@ class TransferTimes:
         prior_gbit = self.prior_gb * BITS_PER_GB
         return (prior_gbit + gbit) / (prior_gbit / prior + seconds)
 
+    def learned(self) -> dict[tuple[str, str], float]:
+        """(src, dst) -> bandwidth estimate (Gbit/s) of every pair some measured transfer taught: what the
+        web UI's clusters page shows."""
+        return {pair: self.bandwidth_gbps(*pair) for pair in sorted(self._measured)}
+
     def observe(self, src: str, dst: str, nbytes: int, seconds: float) -> None:
         """Learn from a measured transfer of `nbytes` in `seconds` from `src` to `dst`."""
         if src == dst or nbytes < MIN_LEARN_BYTES or seconds <= 0:

@@ -88,9 +88,11 @@ class MeasuredLoad:
     def __init__(self, source: MetricsSource) -> None:
         self.source = source
         self.health: dict[str, str] = {}
+        self.latest: Mapping[str, ClusterMetrics] = {}
+        """The latest sample of every cluster (its health and age, for the web UI's clusters page)."""
 
     def __call__(self, nodes: tuple[NodeState, ...]) -> tuple[NodeState, ...]:
-        sample = self.source.sample()
+        sample = self.latest = self.source.sample()
         for name, metrics in sample.items():
             if self.health.get(name, "ok") != metrics.health:
                 level = logging.INFO if metrics.health == "ok" else logging.WARNING

@@ -1,5 +1,6 @@
 """What the clusters page shows: the cards of each cluster and GPU type, free, used and unusable, now and
-over time, as the service's latest inventory says.
+over time, as the service's latest inventory says; each cluster's metrics health and its age; the WAN
+bandwidth learnt from image copies; and which jobs ran where over the history window (the Gantt).
 
 `cpn run` records the inventory after every round (on the loop's thread, so the gateway is never called
 from a web request) and hands `Capacity.view` to the web UI: a read-only callable, the UI's one window on
@@ -10,11 +11,15 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cpn.admission import Room
 from cpn.inventory import NodeState
+
+if TYPE_CHECKING:
+    from cpn.adapters.metrics import ClusterMetrics
 
 HISTORY_POINTS = 720
 """Samples of utilisation kept for the chart (one per round: with 5 s rounds, the last hour)."""
@@ -40,6 +45,31 @@ class CardCounts:
 
 
 @dataclass(frozen=True)
+class MetricsHealth:
+    """One cluster's live metrics as the latest round read them."""
+
+    cluster: str
+    health: str
+    """`ok`, `degraded` or `unknown` (cpn.adapters.metrics.ClusterHealth)."""
+    age_s: float
+    """Age of the reading when the round used it."""
+    detail: str = ""
+    """Why the health is not ok, in words."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """A job seen on a cluster's nodes from `start` to `end` (inventory times, one sample per round)."""
+
+    cluster: str
+    job_id: str
+    start: float
+    end: float
+    running: bool
+    """Still on the cluster at the latest inventory."""
+
+
+@dataclass(frozen=True)
 class CapacityView:
     """The latest counts and the utilisation history (time, cluster -> used share of its cards)."""
 
@@ -47,6 +77,12 @@ class CapacityView:
     history: tuple[tuple[float, dict[str, float]], ...] = ()
     node_gpu: dict[tuple[str, str], str] | None = None
     """(cluster, node) -> GPU type of each node, to name the cards a placed job holds."""
+    health: tuple[MetricsHealth, ...] = ()
+    """Each cluster's metrics health, in name order; empty when the service reads no live metrics."""
+    bandwidth: tuple[tuple[str, str, float], ...] = ()
+    """(source, destination, Gbit/s) learnt from measured image copies (cpn.transfer.TransferTimes)."""
+    runs: tuple[Run, ...] = ()
+    """Jobs seen on each cluster within the history window, by cluster and start."""
 
 
 def count_cards(states: Iterable[NodeState], cpu_threshold: float) -> tuple[CardCounts, ...]:
@@ -71,21 +107,47 @@ class Capacity:
         self._lock = threading.Lock()
         self._view = CapacityView()
         self._history: deque[tuple[float, dict[str, float]]] = deque(maxlen=HISTORY_POINTS)
+        self._runs: dict[tuple[str, str], list[float]] = {}
+        """(cluster, job id) -> [first seen, last seen]."""
 
-    def record(self, states: tuple[NodeState, ...], now: float) -> None:
-        """Take a new inventory, seen at `now` (Unix time)."""
+    def record(
+        self,
+        states: tuple[NodeState, ...],
+        now: float,
+        metrics: Mapping[str, ClusterMetrics] | None = None,
+        bandwidth: Mapping[tuple[str, str], float] | None = None,
+    ) -> None:
+        """Take a new inventory, seen at `now` (store clock), with the metrics the round read (None: the
+        service reads none) and the learnt WAN bandwidth per (source, destination) pair."""
         counts = count_cards(states, self.cpu_threshold)
+        on_now = {(s.node.cluster, job) for s in states for job in s.running}
         per_cluster: dict[str, list[int]] = {}
         for c in counts:
             used_total = per_cluster.setdefault(c.cluster, [0, 0])
             used_total[0] += c.used
             used_total[1] += c.total
+        health = tuple(
+            MetricsHealth(name, m.health, m.age_s, m.detail) for name, m in sorted((metrics or {}).items())
+        )
         with self._lock:
             self._history.append((now, {k: u / t for k, (u, t) in per_cluster.items() if t}))
+            for key in on_now:
+                self._runs.setdefault(key, [now, now])[1] = now
+            oldest = self._history[0][0]
+            self._runs = {k: v for k, v in self._runs.items() if v[1] >= oldest}
+            runs = tuple(
+                Run(cluster, job, start, end, (cluster, job) in on_now)
+                for (cluster, job), (start, end) in sorted(
+                    self._runs.items(), key=lambda kv: (kv[0][0], kv[1])
+                )
+            )
             self._view = CapacityView(
                 counts,
                 tuple(self._history),
                 {(s.node.cluster, s.node.name): s.node.gpu_type for s in states},
+                health,
+                tuple((src, dst, gbps) for (src, dst), gbps in sorted((bandwidth or {}).items())),
+                runs,
             )
 
     def view(self) -> CapacityView:

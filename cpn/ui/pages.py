@@ -4,9 +4,12 @@
   token's namespaces are all the pages show (a server started with --no-auth shows everything);
 - `/ui/queue`: every job with its state, GPUs, cluster, waiting reason, predicted start and age;
   filters by namespace, state, waiting reason and GPU type; paged;
-- `/ui/jobs/{ns}/{name}`: one job: why it waits and since when, predicted start, placement, transitions,
-  log tails, its manifest (secrets redacted as the API redacts them) and a cancel button;
-- `/ui/clusters`: free, used and unusable cards per cluster and GPU type, and utilisation over time.
+- `/ui/jobs/{ns}/{name}`: one job: why it waits and since when, predicted start (and its interval where
+  known), placement, transfer time, predicted vs measured runtime, transitions, its log tail (from its
+  cluster, else the one stored with a failed run), its manifest (secrets redacted as the API redacts
+  them) and a cancel button;
+- `/ui/clusters`: free, used and unusable cards per cluster and GPU type, each cluster's metrics health
+  and its age, the WAN bandwidth learnt from copies, utilisation over time and a Gantt of recent jobs.
 
 Forms are POSTed; the API's guard (cpn.api) refuses cross-site requests (Origin, Sec-Fetch-Site) before
 they get here, and the SameSite cookie is not sent with them anyway.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, get_args
 from urllib.parse import parse_qs, urlencode
@@ -24,12 +28,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from cpn.adapters.gateway import NoLog
 from cpn.api import UI_COOKIE as COOKIE
-from cpn.api import cancel_answer, redact_manifest, redact_text
+from cpn.api import LogSource, cancel_answer, redact_manifest, redact_text
 from cpn.auth import ApiSecurity, Principal
-from cpn.decisions import WaitCode
+from cpn.decisions import Estimate, WaitCode
+from cpn.engine.scheduler import EstimateSource
 from cpn.jobs import FINISHED, JobState
-from cpn.store import JobRecord, JobStore, UnknownJob
+from cpn.store import JobRecord, JobStore, Transition, UnknownJob
 from cpn.ui.capacity import CapacityView
 
 PAGE_SIZE = 50
@@ -39,6 +45,8 @@ _SCAN = 500
 _SCAN_MAX = 2000
 """Most jobs one queue page reads while filtering: a rare filter value then gives a short page with a
 `next page` link, in bounded time, rather than one answer that reads the whole store."""
+LOG_LINES = 50
+"""Lines of a job's log its page shows."""
 
 _env = Environment(loader=PackageLoader("cpn.ui", "templates"), autoescape=select_autoescape(["html"]))
 
@@ -76,10 +84,14 @@ def mount_ui(
     security: ApiSecurity,
     capacity: Callable[[], CapacityView] | None = None,
     now: Callable[[], float] = time.time,
+    logs: LogSource | None = None,
+    estimates: EstimateSource | None = None,
 ) -> FastAPI:
     """Add the `/ui` pages to `app` (cpn.api.create_app's, with the same `security`), reading `store`, and
     return it; `capacity` is the running service's latest inventory (None: the clusters page says there is
-    none); `now` is the store's clock (ages, predicted starts)."""
+    none); `now` is the store's clock (ages, predicted starts); `logs` reads a job's log from its cluster
+    (the callable create_app gets; None: only stored log tails); `estimates` is the scheduler's estimate
+    source, whose runtime a job's page sets beside the measured one (None: not shown)."""
 
     def page(name: str, request: Request, status: int = 200, **values: Any) -> HTMLResponse:
         html = _env.get_template(name).render(principal=principal_of(request), **values)
@@ -178,18 +190,34 @@ def mount_ui(
         history = store.history(record.job_id)
         waiting_since = record.updated_at if record.state == JobState.QUEUED else None
         node_gpu = (capacity().node_gpu if capacity is not None else None) or {}
+        timing = run_timing(history, now())
+        ran_on = node_gpu.get((timing.cluster or "", timing.node or ""))
+        predicted: Estimate | None = None
+        if estimates is not None and ran_on and not record.spec.is_service:
+            predicted = estimates.estimates((record.spec,), (ran_on,)).get(record.job_id, {}).get(ran_on)
+        live_log = None
+        if logs is not None:
+            try:
+                live_log = redact_text(logs(record.job_id, LOG_LINES))
+            except NoLog:
+                pass
         return page(
             "job.html",
             request,
             job=record,
             gpu_type=_gpu_type(record, node_gpu),
             history=history,
+            timing=timing,
+            ran_on=ran_on,
+            predicted=predicted,
+            live_log=live_log,
             tails=[(t, redact_text(t.log_tail)) for t in history if t.log_tail],
             manifest=redact_manifest(record.spec.manifest),
             waiting_since=waiting_since,
             now=now(),
             cancellable=record.state not in FINISHED,
             message=message,
+            log_lines=LOG_LINES,
         )
 
     @app.post("/ui/jobs/{namespace}/{name}/cancel", include_in_schema=False)
@@ -213,7 +241,7 @@ def mount_ui(
         if principal_of(request) is None:
             return login_first()
         view = capacity() if capacity is not None else CapacityView()
-        return page("clusters.html", request, view=view, chart=utilisation_chart(view))
+        return page("clusters.html", request, view=view, chart=utilisation_chart(view), gantt=gantt(view))
 
     return app
 
@@ -227,6 +255,41 @@ def _gpu_type(record: JobRecord, node_gpu: dict[tuple[str, str], str]) -> str:
     if record.cluster and record.node and (record.cluster, record.node) in node_gpu:
         return node_gpu[(record.cluster, record.node)]
     return ", ".join(record.spec.gpu_products) or "any"
+
+
+@dataclass(frozen=True)
+class RunTiming:
+    """What a job's transitions measured: time spent copying, and its latest run."""
+
+    transfer_s: float
+    """Seconds spent migrating (copying image and data to another cluster), over every copy; 0 = none."""
+    started: float | None
+    """When its latest run began (entry into `running`); None = it never ran."""
+    ended: float | None
+    """When that run ended (the transition out of `running`); None while it runs, or if it never ran."""
+    measured_s: float | None
+    """Length of the latest run (so far, while it runs); None = it never ran."""
+    cluster: str | None = None
+    """Where the latest run ran."""
+    node: str | None = None
+
+
+def run_timing(history: list[Transition], now: float) -> RunTiming:
+    """Transfer time and the latest run of a job, from its transitions (oldest first); a state still held
+    lasts until `now`."""
+    transfer, run = 0.0, None
+    for i, t in enumerate(history):
+        until = history[i + 1].time if i + 1 < len(history) else now
+        if t.to_state == JobState.MIGRATING:
+            transfer += until - t.time
+        elif t.to_state == JobState.RUNNING:
+            run = (t, history[i + 1].time if i + 1 < len(history) else None)
+    if run is None:
+        return RunTiming(transfer, None, None, None)
+    start, end = run
+    return RunTiming(
+        transfer, start.time, end, (now if end is None else end) - start.time, start.cluster, start.node
+    )
 
 
 CHART_W, CHART_H = 720, 200
@@ -250,3 +313,44 @@ def utilisation_chart(view: CapacityView) -> list[dict[str, str]]:
         )
         lines.append({"cluster": cluster, "points": points, "colour": _COLOURS[i % len(_COLOURS)]})
     return lines
+
+
+GANTT_ROWS = 30
+"""Most jobs per cluster the Gantt draws (the latest to start): a readable chart on a laptop screen."""
+GANTT_ROW_H = 14
+
+
+def gantt(view: CapacityView) -> list[dict[str, Any]]:
+    """Per cluster, bars of the jobs seen on it within the utilisation history's window (x in a CHART_W
+    box over that window, one GANTT_ROW_H row per job), drawn server-side; empty before two samples."""
+    if len(view.history) < 2:
+        return []
+    t0, t1 = view.history[0][0], view.history[-1][0]
+    span = (t1 - t0) or 1.0
+    charts: dict[str, list[Any]] = {}
+    for run in view.runs:
+        charts.setdefault(run.cluster, []).append(run)
+    out = []
+    for cluster, runs in charts.items():
+        runs = runs[-GANTT_ROWS:]
+        bars = [
+            {
+                "job_id": r.job_id,
+                "x": f"{(max(r.start, t0) - t0) / span * CHART_W:.1f}",
+                "w": f"{max((r.end - max(r.start, t0)) / span * CHART_W, 2.0):.1f}",
+                "y": i * GANTT_ROW_H,
+                "running": r.running,
+                "start": r.start,
+                "end": r.end,
+            }
+            for i, r in enumerate(runs)
+        ]
+        out.append(
+            {
+                "cluster": cluster,
+                "bars": bars,
+                "height": len(bars) * GANTT_ROW_H,
+                "hidden": len(charts[cluster]) - len(runs),
+            }
+        )
+    return out

@@ -1,7 +1,8 @@
 """The web UI in a real headless Chromium (Debian's, driven by Playwright) against the real app served by
 uvicorn: log in with a token, filter the queue, read why a job waits and when it starts, cancel a queued
-job and see it leave the queue, open the clusters page; another namespace's token sees none of it. The
-screenshots go to docs/img/ for docs/ui.md."""
+job and see it leave the queue, read a running job's transfer time, predicted and measured runtime and
+log, open the clusters page (metrics health, learnt bandwidth, Gantt); another namespace's token sees
+none of it. The screenshots go to docs/img/ for docs/ui.md."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from pathlib import Path
 import pytest
 import uvicorn
 
+from cpn.adapters.gateway import NoLog
+from cpn.adapters.metrics import ClusterMetrics
 from cpn.api import create_app
 from cpn.auth import ApiSecurity, Authenticator, create_token
-from cpn.decisions import Waiting
+from cpn.decisions import Estimate, Waiting
 from cpn.intake import parse_manifests
 from cpn.inventory import Node, NodeState
-from cpn.jobs import JobState
+from cpn.jobs import JobSpec, JobState
 from cpn.store import JobStore
 from cpn.ui.capacity import Capacity
 from cpn.ui.pages import mount_ui
@@ -30,6 +33,20 @@ IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 BROWSER_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"]
 V100 = Node("east", "gpu-0", "Tesla-V100-SXM2-16GB", 4, 16, 32, "training")
 P100 = Node("west", "gpu-0", "Tesla-P100-PCIE-16GB", 2, 16, 4, "hybrid")
+
+
+class HourLong:
+    """An estimate source that predicts one hour, +-10%, for every job on every GPU type."""
+
+    def estimates(self, jobs: tuple[JobSpec, ...], gpu_types: tuple[str, ...]) -> dict:
+        return {j.job_id: {g: Estimate(3600.0, uncertainty=0.1) for g in gpu_types} for j in jobs}
+
+
+def cluster_log(job_id: str, lines: int) -> str:
+    """The log the clusters hold: only of the running job."""
+    if job_id != "team-a/train-5":
+        raise NoLog(job_id)
+    return "epoch 3 loss 0.41\nWANDB_API_KEY=hunter2"
 
 
 def _free_port() -> int:
@@ -52,18 +69,35 @@ def served(tmp_path):
             Waiting("team-a/train-2", "memory", "needs 24 GB per card", None),
         ]
     )
-    for state in (JobState.ASSIGNED, JobState.SUBMITTED, JobState.RUNNING):
+    for state in (JobState.ASSIGNED, JobState.MIGRATING, JobState.SUBMITTED, JobState.RUNNING):
         store.transition("team-a/train-5", state, cluster="east", node="gpu-0", placement=[("gpu-0", 1)])
     capacity = Capacity(cpu_threshold=0.9)
     capacity.record((NodeState(V100, 4), NodeState(P100, 2)), now - 600)
-    capacity.record((NodeState(V100, 3, 2, ("team-a/train-5",)), NodeState(P100, 2, cpu_used=4)), now)
+    capacity.record(
+        (NodeState(V100, 3, 2, ("team-a/train-5",)), NodeState(P100, 2, cpu_used=4)),
+        now,
+        {
+            "east": ClusterMetrics("east", now - 4, "ok", age_s=4.0),
+            "west": ClusterMetrics(
+                "west", now - 300, "unknown", age_s=300.0, detail="latest reading 300 s old"
+            ),
+        },
+        {("west", "east"): 2.5},
+    )
     tokens = tmp_path / "tokens.yaml"
     alice, bob = create_token(tokens, "alice", ["team-a"]), create_token(tokens, "bob", ["team-b"])
     security = ApiSecurity(Authenticator(tokens))
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(
-            mount_ui(create_app(store, security=security), store, security, capacity.view),
+            mount_ui(
+                create_app(store, security=security, logs=cluster_log),
+                store,
+                security,
+                capacity.view,
+                logs=cluster_log,
+                estimates=HourLong(),
+            ),
             host="127.0.0.1",
             port=port,
             log_level="warning",
@@ -108,7 +142,13 @@ def test_the_ui_in_a_real_browser(served):
         page.select_option("select[name=reason]", "memory")
         page.click("form.filters button")
         assert queue_ids(page) == ["team-a/train-0", "team-a/train-2"]
+        page.select_option("select[name=state]", "")
         page.select_option("select[name=reason]", "")
+        page.select_option("select[name=gpu]", "v100")
+        page.click("form.filters button")
+        assert queue_ids(page) == ["team-a/train-5"]
+        page.select_option("select[name=gpu]", "")
+        page.select_option("select[name=state]", "queued")
         page.click("form.filters button")
         page.screenshot(path=str(IMG / "ui-queue.png"))
 
@@ -116,6 +156,12 @@ def test_the_ui_in_a_real_browser(served):
         assert "needs 40 GB per card" in page.inner_text("#reason")
         assert "(in 2.0 h)" in page.inner_text("#predicted-start")
         page.screenshot(path=str(IMG / "ui-job.png"), full_page=True)
+
+        page.goto(f"{base}/ui/jobs/team-a/train-5")
+        assert "copying its image and data" in page.inner_text("#transfer")
+        runtime = page.inner_text("#runtime")
+        assert "predicted 1.0 h (±10%) on v100" in runtime and "so far (running since" in runtime
+        assert page.inner_text("#log") == "epoch 3 loss 0.41\nWANDB_API_KEY=<redacted>"
 
         page.goto(f"{base}/ui/jobs/team-a/train-3")
         page.click("#cancel")
@@ -132,7 +178,15 @@ def test_the_ui_in_a_real_browser(served):
             ["west", "p100", "0", "0", "2", "2"],
         ]
         assert page.locator("svg polyline").count() == 2
-        page.screenshot(path=str(IMG / "ui-clusters.png"))
+        health = [r.split("\t") for r in page.locator("#health tbody tr").all_inner_texts()]
+        assert health == [
+            ["east", "ok", "4 s", "-"],
+            ["west", "unknown", "5.0 min", "latest reading 300 s old"],
+        ]
+        assert page.locator("#bandwidth tbody tr").all_inner_texts() == ["west\teast\t2.50"]
+        bars = page.locator("svg.gantt[data-cluster=east] rect.bar")
+        assert bars.evaluate_all("bs => bs.map(b => b.dataset.job)") == ["team-a/train-5"]
+        page.screenshot(path=str(IMG / "ui-clusters.png"), full_page=True)
 
         other = browser.new_page()
         log_in(other, base, bob)

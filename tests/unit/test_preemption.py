@@ -181,3 +181,13 @@ def test_the_scheduler_stops_a_victim_once_and_resubmits_it_once_under_its_next_
         JobState.SUCCEEDED,
     ]
     assert store.get("bulk/j").updated_at == pytest.approx(250.0 + LOAD_S + 100.0)
+
+
+def test_the_forward_look_replays_the_policy_a_preempting_one_wraps():
+    """The look carries out placements, never preemptions: it replays the inner policy, which places alike."""
+    clock = SimClock()
+    policy = make_policy("greedy", preemption="true")
+    scheduler = Scheduler(
+        JobStore(":memory:", clock=clock), SimulatedGateway((V100,), GroundTruth(TABLE), clock), policy, clock
+    )
+    assert scheduler.forecaster.policy is policy.inner
