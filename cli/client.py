@@ -128,7 +128,7 @@ def list_jobs(client: Client, states: list[str] | None) -> int:
 
 def show_job(client: Client, job_id: str, manifest: bool) -> int:
     """Print one job, its history and the log tails of its failed runs, as the server has them."""
-    from cli.intake import _table
+    from cli.intake import _table, predicted
 
     job = client.request("GET", _job_path(job_id))
     clock = job["clock"]
@@ -144,7 +144,15 @@ def show_job(client: Client, job_id: str, manifest: bool) -> int:
     if job["waiting"]:
         lines.append(("waiting", f"{job['waiting']['code']}: {job['waiting']['detail']}".rstrip(": ")))
         if job["predicted_start_at"] is not None:
-            lines.append(("predicted start", show_time(job["predicted_start_at"], clock)))
+            low, high, end = (
+                None if job[key] is None else show_time(job[key], clock)
+                for key in ("predicted_start_low_at", "predicted_start_high_at", "predicted_end_at")
+            )
+            lines.append(
+                ("predicted start", predicted(show_time(job["predicted_start_at"], clock), low, high, end))
+            )
+        if job["prediction_moved"]:
+            lines.append(("moved", job["prediction_moved"]))
     width = max(len(k) for k, _ in lines)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in lines))
     print(f"\nhistory ({_clock_note(clock)}):")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import getpass
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -430,6 +431,13 @@ def _format_time(t: float) -> str:
     return f"{t:.1f}s"
 
 
+def predicted(start: str, low: str | None, high: str | None, end: str | None) -> str:
+    """A waiting job's predicted start for people, with what the forward look added to it (None: not
+    predicted; a service's end is never): `T (between L and H), ends E`."""
+    interval = f" (between {low} and {high})" if low is not None and high is not None else ""
+    return start + interval + (f", ends {end}" if end is not None else "")
+
+
 def _describe(record: JobRecord) -> str:
     lines = [
         ("job", record.job_id),
@@ -445,7 +453,15 @@ def _describe(record: JobRecord) -> str:
         waiting = record.waiting
         lines.append(("waiting", f"{waiting.code}: {waiting.detail}" if waiting.detail else waiting.code))
         if waiting.predicted_start is not None:
-            lines.append(("predicted start", _format_time(waiting.predicted_start)))
+            low, high, end = (
+                None if t is None or t == math.inf else _format_time(t)
+                for t in (waiting.start_low, waiting.start_high, waiting.predicted_end)
+            )
+            lines.append(
+                ("predicted start", predicted(_format_time(waiting.predicted_start), low, high, end))
+            )
+        if waiting.moved:
+            lines.append(("moved", waiting.moved))
     lines += [
         (f.name, str(getattr(record.spec, f.name)))
         for f in dataclasses.fields(record.spec)

@@ -14,7 +14,10 @@
   only of the namespaces the token may read.
 - `GET /jobs/{namespace}/{name}`: one job with its spec, what was read of it (`read`), its
   manifest (with `env` values and secret-looking fields redacted) and its transition history (a failed
-  run's end with the last lines of its pod log, secret-looking values redacted).
+  run's end with the last lines of its pod log, secret-looking values redacted); while it waits, when
+  it is predicted to start (`predicted_start_at`), the interval that start may fall in
+  (`predicted_start_low_at`, `predicted_start_high_at`), when it ends (`predicted_end_at`; null for a
+  service) and why the start last moved (`prediction_moved`), each null where nothing was predicted.
 - `GET /jobs/{namespace}/{name}/logs?tail=100`: the last lines of the job's log (secret-looking values
   redacted), from its cluster while the cluster has it (`source: cluster`), else the log tail stored with
   its failed run (`source: store`); 404 when there is neither (a job that never ran, or one whose cluster
@@ -47,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -198,6 +202,7 @@ def create_app(
         record = store.get(job_id)
         return {
             **_summary(record, clock),
+            **_prediction(record, clock),
             "clock": clock,
             "spec": _public_spec(record.spec),
             "read": dataclasses.asdict(Reading.of(record.spec)),
@@ -573,6 +578,20 @@ def _summary(record: JobRecord, clock: str) -> dict[str, Any]:
         if record.waiting is None
         else {"code": record.waiting.code, "detail": record.waiting.detail},
         "predicted_start_at": _at(record.waiting.predicted_start if record.waiting else None, clock),
+    }
+
+
+def _prediction(record: JobRecord, clock: str) -> dict[str, Any]:
+    """A waiting job's forward look beyond its start (cpn.engine.forecast), null where none was made: the
+    interval its start may fall in, its end (null too for a service, which never ends) and why its start
+    last moved (null: it has not)."""
+    w = record.waiting
+    end = None if w is None or w.predicted_end == math.inf else w.predicted_end
+    return {
+        "predicted_start_low_at": _at(w.start_low if w else None, clock),
+        "predicted_start_high_at": _at(w.start_high if w else None, clock),
+        "predicted_end_at": _at(end, clock),
+        "prediction_moved": (w.moved if w else "") or None,
     }
 
 

@@ -82,6 +82,10 @@ JOBS = table(
             "first_predicted_start",  # the first start any plan gave it
             "image",  # the image to run, pinned by digest once migrated
             "needs_more_than_gb",  # GPU memory per card it was OOM-killed with
+            "predicted_end",  # when the latest forward look ends it (inf: a service)
+            "start_low",  # the interval its predicted start may fall in
+            "start_high",
+            "moved",  # why its predicted start last moved (NULL: it has not)
         ),
     ),
 )
@@ -150,6 +154,8 @@ _IN_CHUNK = 500
 _SPECS_OF = select(JOBS.c.job_id, JOBS.c.spec).where(JOBS.c.job_id.in_(bindparam("ids", expanding=True)))
 _SPEC_OF = select(JOBS.c.job_id, JOBS.c.spec).where(JOBS.c.job_id == bindparam("job_id"))
 """One job's spec: a submission of one job (a client posting one at a time) skips expanding an IN list."""
+_PREDICTED = ("predicted_start", "predicted_end", "start_low", "start_high", "moved")
+"""A waiting job's latest prediction: kept while it stays queued, cleared when it leaves the queue."""
 _JOB = select(*_JOB_COLUMNS).where(JOBS.c.job_id == bindparam("job_id"))
 _PLACED = select(
     JOBS.c.state,
@@ -161,6 +167,7 @@ _PLACED = select(
     JOBS.c.needs_more_than_gb,
     JOBS.c.wait_code,
     JOBS.c.wait_detail,
+    *(JOBS.c[name] for name in _PREDICTED),
 ).where(JOBS.c.job_id == bindparam("job_id"))
 _MOVE = (
     update(JOBS)
@@ -179,6 +186,7 @@ _MOVE = (
                 "placement",
                 "wait_code",
                 "wait_detail",
+                *_PREDICTED,
             )
         }
     )
@@ -213,6 +221,10 @@ _SET_WAITING = (
         wait_detail=bindparam("w_detail"),
         predicted_start=bindparam("w_start"),
         first_predicted_start=func.coalesce(JOBS.c.first_predicted_start, bindparam("w_start")),
+        predicted_end=bindparam("w_end"),
+        start_low=bindparam("w_low"),
+        start_high=bindparam("w_high"),
+        moved=func.coalesce(func.nullif(bindparam("w_moved"), ""), JOBS.c.moved),
     )
 )
 _STATE = select(JOBS.c.state).where(JOBS.c.job_id == bindparam("job_id"))
@@ -243,7 +255,8 @@ class JobRecord:
     placement: tuple[tuple[str, int], ...] = ()
     """Every (node, cards) of the job's gang while it is placed; empty otherwise."""
     waiting: Waiting | None = None
-    """Why the latest round left it queued, and when that round's plan starts it; None when not queued."""
+    """Why the latest round left it queued, and that round's prediction (start, its interval, end); its
+    `moved` is why the start last moved, in any round while queued. None when not queued."""
     first_predicted_start: float | None = None
     """The first start time any plan predicted for it (kept after it starts, to measure predictions)."""
     image: str | None = None
@@ -968,8 +981,8 @@ class JobStore:
         `gpu_mem_gb` is the peak GPU memory per card the cluster measured, on a run's end; `log_tail` the
         last lines of a failed run's pod log.
         `placement` is every (node, cards) of the gang (kept like `cluster`; cleared with it). Leaving
-        `queued` clears the job's waiting reason. `image` is the reference to run from now on (a
-        migration's copy, pinned by digest). `needs_more_than_gb` records an OOM kill's lesson: the job
+        `queued` clears the job's waiting reason and prediction. `image` is the reference to run from now
+        on (a migration's copy, pinned by digest). `needs_more_than_gb` records an OOM kill's lesson: the job
         needs more GPU memory per card than this (the largest such lesson is kept). `cause` is what the
         move counts as (cpn.jobs.Cause), stored with it. `only_from` refuses the move (IllegalTransition)
         unless the job is in one of those states now.
@@ -1006,7 +1019,7 @@ class JobStore:
                 "placement": gang,
                 "wait_code": row.wait_code if queued else None,
                 "wait_detail": row.wait_detail if queued else None,
-            }
+            } | {name: getattr(row, name) if queued else None for name in _PREDICTED}
             db.execute(_MOVE, {f"m_{name}": value for name, value in moved.items()} | {"m_job": job_id})
             db.execute(
                 _INSERT_TRANSITION,
@@ -1059,15 +1072,25 @@ class JobStore:
         return [CancelRequest(*row) for row in rows]
 
     def set_waiting(self, waiting: Sequence[Waiting]) -> None:
-        """Record why each of these queued jobs waits, and its predicted start, in one transaction.
+        """Record why each of these queued jobs waits, and its prediction, in one transaction.
 
         Not a transition: nothing is added to the history. A job that has left `queued` meanwhile
-        is left alone. The first predicted start a job gets is kept for good.
+        is left alone. The first predicted start a job gets is kept for good; why its start moved is kept
+        until it moves again (a Waiting whose `moved` is empty leaves the last reason).
         """
         if not waiting:
             return
         rows = [
-            {"w_code": w.code, "w_detail": w.detail, "w_start": w.predicted_start, "w_job": w.job_id}
+            {
+                "w_code": w.code,
+                "w_detail": w.detail,
+                "w_start": w.predicted_start,
+                "w_end": w.predicted_end,
+                "w_low": w.start_low,
+                "w_high": w.start_high,
+                "w_moved": w.moved,
+                "w_job": w.job_id,
+            }
             for w in waiting
         ]
         with self._database.write() as db:
@@ -1297,6 +1320,10 @@ def _record(row: Sequence) -> JobRecord:
         first,
         image,
         floor,
+        end,
+        low,
+        high,
+        moved,
     ) = row
     job = _decode(spec)
     return JobRecord(
@@ -1308,7 +1335,7 @@ def _record(row: Sequence) -> JobRecord:
         submitted_at,
         updated_at,
         placement=tuple((n, c) for n, c in json.loads(gang)) if gang else (),
-        waiting=Waiting(job.job_id, code, detail or "", start) if code else None,
+        waiting=Waiting(job.job_id, code, detail or "", start, end, low, high, moved or "") if code else None,
         first_predicted_start=first,
         image=image,
         needs_more_than_gb=floor or None,

@@ -21,7 +21,7 @@ first simulated end where an arrival could start (`_Follow`: what the policy dec
 policy from there on. When it looks again, each prediction that moved says why (`Waiting.moved`).
 
 A policy that plans over time itself (`keeps_plan`, the optimiser) is not looked forward with: its
-plan's predicted starts are kept, and a round it solved nothing in keeps the last plan's.
+plan's predicted starts are kept.
 """
 
 from __future__ import annotations
@@ -411,16 +411,14 @@ class Forecaster:
     prediction moved when it looks again.
 
     `keep_plan`: keep the predicted starts the policy's own decisions give (a plan over time, as the
-    optimiser's) rather than looking forward with the policy, and in a round whose decision gives none,
-    those the last plan gave; None = as the policy says of itself (`keeps_plan`). On the 300-job cut of
-    docs/service.md the optimiser's own plan predicted better than a look with greedy in its place.
+    optimiser's) rather than looking forward with the policy; None = as the policy says of itself
+    (`keeps_plan`). On the 300-job cut of docs/service.md the optimiser's own plan predicted better than a
+    look with greedy in its place.
     """
 
     def __init__(self, policy: Policy, keep_plan: bool | None = None) -> None:
         self.policy = policy
         self.keep_plan = getattr(policy, "keeps_plan", False) if keep_plan is None else keep_plan
-        self.planned: dict[str, Waiting] = {}
-        """With `keep_plan`: job_id -> the waiting record with the last predicted start a plan gave it."""
         self.last: Outlook | None = None
         self.looks = 0
         """Forward looks run (rounds that reused the last look do not count)."""
@@ -443,7 +441,7 @@ class Forecaster:
         if not snapshot.pending:
             return decision
         if self.keep_plan:
-            return self._kept(decision)
+            return decision
         previous = self.last
         moved: dict[str, str] = {}
         holds = previous is not None and _holds(previous, snapshot, decision)
@@ -471,19 +469,6 @@ class Forecaster:
                     start_high=f.high,
                     moved=moved.get(job.job_id, ""),
                 )
-            waiting.append(w)
-        return replace(decision, waiting=tuple(waiting))
-
-    def _kept(self, decision: Decision) -> Decision:
-        """`decision`, its waiting jobs given the last plan's predicted starts where it gives none."""
-        if any(w.predicted_start is not None for w in decision.waiting):
-            self.planned = {w.job_id: w for w in decision.waiting if w.predicted_start is not None}
-            return decision
-        waiting = []
-        for w in decision.waiting:
-            kept = self.planned.get(w.job_id)
-            if kept is not None:
-                w = replace(w, predicted_start=kept.predicted_start, predicted_end=kept.predicted_end)
             waiting.append(w)
         return replace(decision, waiting=tuple(waiting))
 

@@ -138,10 +138,6 @@ class MilpPolicy:
         """Plan, start what the plan starts now, backfill, and explain every wait with a predicted start."""
         capacity = Capacity(snapshot)
         jobs, services, rejections = self._candidates(snapshot, capacity)
-        if capacity.hopeless(snapshot.shapes):
-            # Nothing could start now, and only what starts now is carried out: no solve. The plan would
-            # only say when the rest start, which the forward look says (cpn.engine.forecast).
-            return Decision((), tuple(rejections), self._unplanned(capacity, [*jobs, *services]))
         first, services, released = self._serve(snapshot, capacity, services, releases(snapshot))
         reserved = self._reserved(snapshot, jobs) if self.settings.reservation else None
         ends: list[tuple[GroupKey, int, float]] = []
@@ -161,27 +157,46 @@ class MilpPolicy:
         window = self._window(jobs, reserved)
         starts = self._bucket_starts(snapshot.now, window)
         room = self._room(capacity, released.groups, starts)
-        building = time.perf_counter()
-        model = self._build(window, starts, capacity, room, reserved, hold)
-        warm = self._warm_start(snapshot, capacity, model, window, released.groups)
-        status, objective, gap = self._solve(model, warm is not None)
-        solve_s = time.perf_counter() - building
-        plan, fallback = self._choose(model, window, status, objective, warm)
-        if plan is None:  # no plan at all: greedy decides this round
-            decision = self._greedy.decide(snapshot)
+        stats = None
+        if not first and capacity.hopeless(snapshot.shapes):
+            # Nothing could start now, and only what starts now is carried out: no solve; the window is
+            # projected in its order on the cards as they free.
+            plan: dict[int, tuple[int, int] | None] = dict.fromkeys(range(len(window)))
+        else:
+            building = time.perf_counter()
+            model = self._build(window, starts, capacity, room, reserved, hold)
+            warm = self._warm_start(snapshot, capacity, model, window, released.groups)
+            status, objective, gap = self._solve(model, warm is not None)
+            solve_s = time.perf_counter() - building
+            plan, fallback = self._choose(model, window, status, objective, warm)
+            kept = None if plan is None or fallback is None else warm[1]
             stats = SolverRound(
                 self.settings.solver,
                 status,
-                None,
+                objective if fallback is None else kept,
                 gap,
                 solve_s,
                 fallback,
                 len(window),
                 len(model.x),
             )
-            return Decision(decision.placements, decision.rejections, decision.waiting, stats)
+            if plan is None:  # no plan at all: greedy decides this round
+                decision = self._greedy.decide(snapshot)
+                return Decision(decision.placements, decision.rejections, decision.waiting, stats)
         placements, waiting = self._realise(
-            snapshot, capacity, released, jobs, services, window, plan, model, reserved, hold, first, ends
+            snapshot,
+            capacity,
+            released,
+            jobs,
+            services,
+            window,
+            plan,
+            starts,
+            room,
+            reserved,
+            hold,
+            first,
+            ends,
         )
         placements, over = FairQueue(snapshot, ()).limit(placements)  # teams' borrowing limits
         waiting += over
@@ -196,16 +211,6 @@ class MilpPolicy:
                 and not usable_runtimes(snapshot, job)
                 and awaits_benchmark(snapshot, job)
             ]
-        stats = SolverRound(
-            self.settings.solver,
-            status,
-            objective if fallback is None else warm[1],
-            gap,
-            solve_s,
-            fallback,
-            len(window),
-            len(model.x),
-        )
         return Decision(tuple(placements), tuple(rejections), tuple(waiting), stats)
 
     # --- what goes into the model ------------------------------------------------------------------
@@ -517,12 +522,25 @@ class MilpPolicy:
         return placement
 
     def _realise(
-        self, snapshot, capacity, freed, jobs, services, window, plan, model, reserved, hold, first, ends
+        self,
+        snapshot,
+        capacity,
+        freed,
+        jobs,
+        services,
+        window,
+        plan,
+        starts,
+        room,
+        reserved,
+        hold,
+        first,
+        ends,
     ):
         """Start what the plan starts now, backfill what delays nothing planned, explain the rest (the
         `services` left waiting too, each predicted to start when enough of its cards are first free).
         `freed`: when running jobs free their cards, the services started this round never."""
-        now, starts, room = snapshot.now, model.starts, model.room
+        now = snapshot.now
         buckets = len(starts) - 1
         usage = {key: [0.0] * buckets for key in room}
         for i, chosen in plan.items():
@@ -646,14 +664,6 @@ class MilpPolicy:
                 )
             )
         return placements, waiting
-
-    @staticmethod
-    def _unplanned(capacity: Capacity, jobs: list[_Job]) -> tuple[Waiting, ...]:
-        """Why each of `jobs` waits, in a round with no plan (no predicted start)."""
-        if not capacity.snapshot.explain:
-            return tuple(Waiting(j.spec.job_id, "queue-order") for j in jobs)
-        explainer = WaitingExplainer(capacity)
-        return tuple(explainer.explain(j.spec, estimated=not j.spec.is_service) for j in jobs)
 
     def _hold(self, snapshot, capacity, released: Releases, reserved) -> _Hold | None:
         """The reserved job's reservation (EASY): the node where it would finish first given what runs

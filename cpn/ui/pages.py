@@ -4,10 +4,10 @@
   token's namespaces are all the pages show (a server started with --no-auth shows everything);
 - `/ui/queue`: every job with its state, GPUs, cluster, waiting reason, predicted start and age;
   filters by namespace, state, waiting reason and GPU type; paged;
-- `/ui/jobs/{ns}/{name}`: one job: why it waits and since when, predicted start (and its interval where
-  known), placement, transfer time, predicted vs measured runtime, transitions, its log tail (from its
-  cluster, else the one stored with a failed run), its manifest (secrets redacted as the API redacts
-  them) and a cancel button;
+- `/ui/jobs/{ns}/{name}`: one job: why it waits and since when, predicted start (and its interval, the
+  predicted end and why the start last moved, where known), placement, transfer time, predicted vs
+  measured runtime, transitions, its log tail (from its cluster, else the one stored with a failed run),
+  its manifest (secrets redacted as the API redacts them) and a cancel button;
 - `/ui/clusters`: free, used and unusable cards per cluster and GPU type, each cluster's metrics health
   and its age, the WAN bandwidth learnt from copies, utilisation over time and a Gantt of recent jobs.
 
@@ -17,6 +17,7 @@ they get here, and the SameSite cookie is not sent with them anyway.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ _env = Environment(loader=PackageLoader("cpn.ui", "templates"), autoescape=selec
 def _when(t: float | None) -> str:
     if t is None:
         return "-"
+    if t == math.inf:  # a service's predicted end
+        return "never"
     if t < 1e9:  # simulated time: seconds since the simulation began
         return f"t = {_span(t)}"
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -137,7 +137,7 @@ def test_the_reservation_starts_a_wide_job_that_backfilling_starves():
     assert _replay("milp") < 6 * H  # reserved once it has waited longer than it runs (2 h)
 
 
-def test_a_round_where_nothing_can_start_solves_nothing_and_the_forecaster_keeps_the_last_plan():
+def test_a_round_where_nothing_can_start_solves_nothing_and_still_predicts_every_start():
     from cpn.engine.forecast import Forecaster
 
     v2 = node("v2", "v100")
@@ -156,4 +156,4 @@ def test_a_round_where_nothing_can_start_solves_nothing_and_the_forecaster_keeps
     later = snap(H / 2, [job(waits.job_id), job("c", arrival=H / 2)], full, runtimes, ends)
     decision = forecaster.apply(later, forecaster.policy.decide(later))
     assert decision.solver is None and not decision.placements  # both cards busy: no model is built
-    assert [(w.job_id, w.predicted_start) for w in decision.waiting] == [(waits.job_id, H), ("c", None)]
+    assert [(w.job_id, w.predicted_start) for w in decision.waiting] == [(waits.job_id, H), ("c", H)]

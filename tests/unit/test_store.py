@@ -7,6 +7,7 @@ the migrations) is tested on SQLite only.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 from contextlib import closing
@@ -483,6 +484,41 @@ def test_waiting_reason_and_first_predicted_start_are_kept_until_the_job_leaves_
     assert store.get("ns/a").waiting is None
     store.transition("ns/a", JobState.QUEUED, reason="submit refused")
     assert store.get("ns/a").placement == ()
+
+
+def test_the_forward_look_s_prediction_is_kept_while_queued_and_cleared_when_the_job_leaves(store):
+    store.submit([JobSpec(job_id="ns/a", model="m"), JobSpec(job_id="ns/svc", model="m", kind="inference")])
+    moved = "ns/b arrived with higher priority"
+    store.set_waiting(
+        [
+            Waiting("ns/a", "capacity", "all 4 busy", 100.0, 150.0, 80.0, 125.0, moved),
+            Waiting("ns/svc", "capacity", "", 60.0, math.inf, 55.0, 70.0),
+        ]
+    )
+    a = store.get("ns/a").waiting
+    assert (a.predicted_start, a.predicted_end, a.start_low, a.start_high, a.moved) == (
+        100.0,
+        150.0,
+        80.0,
+        125.0,
+        moved,
+    )
+    svc = store.get("ns/svc").waiting
+    assert (svc.predicted_end, svc.moved) == (math.inf, "")
+    store.set_waiting([Waiting("ns/a", "capacity", "all 4 busy", 100.0, 150.0, 90.0, 110.0)])
+    a = store.get("ns/a").waiting  # a look that did not move it keeps why it last moved
+    assert (a.start_low, a.start_high, a.moved) == (90.0, 110.0, moved)
+    store.transition("ns/a", JobState.ASSIGNED, cluster="c", node="n1", placement=[("n1", 1)])
+    store.transition("ns/a", JobState.QUEUED, reason="submit refused")
+    store.set_waiting([Waiting("ns/a", "memory", "needs 20 GB")])  # a round with no forward look
+    a = store.get("ns/a").waiting
+    assert (a.predicted_start, a.predicted_end, a.start_low, a.start_high, a.moved) == (
+        None,
+        None,
+        None,
+        None,
+        "",
+    )
 
 
 @pytest.mark.postgres
