@@ -25,7 +25,7 @@ import heapq
 from collections.abc import Iterator
 
 from config.policies import GreedySettings
-from cpn.decisions import Decision, Placement, Rejection, Snapshot
+from cpn.decisions import Decision, Placement, QueueLines, Rejection, Snapshot
 from cpn.jobs import JobSpec
 from cpn.policies.base import by_priority
 from cpn.policies.placement import (
@@ -79,8 +79,9 @@ class GreedyPolicy:
             if job.job_id not in done and not job.is_service and not snapshot.estimates.get(job.job_id):
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
                 done.add(job.job_id)
-        queue = FairQueue(snapshot, by_priority(pending) if snapshot.teams is not None else ())
-        for job in worth_trying(snapshot, capacity, queue, done):
+        lines = queue_lines(snapshot)
+        queue = FairQueue(snapshot, by_priority(pending) if lines is None else ())
+        for job in worth_trying(capacity, lines or queue, done, snapshot.shapes):
             service = job.is_service
             runtimes = None if service else usable_runtimes(snapshot, job, self.settings.pessimism)
             if runtimes is not None and not runtimes:
@@ -111,26 +112,28 @@ class GreedyPolicy:
 
 
 def worth_trying(
-    snapshot: Snapshot, capacity: Capacity, queue: FairQueue, done: set[str]
+    capacity: Capacity, queue: QueueLines | FairQueue, done: set[str], shapes: tuple[JobSpec, ...] | None
 ) -> Iterator[JobSpec]:
     """The queued jobs not in `done` that are worth trying (`Capacity.worth_trying`) on what `capacity`
-    has left when each is asked, in the queue's order, until nothing is free.
+    has left when each is asked, in the queue's order, until nothing is free (or none of `shapes`, the
+    queue's shapes, is worth trying).
 
     Whether a job is worth trying depends only on its shape (`shape_of`), and once it is not, it stays
-    not for the rest of the round (what is free only shrinks). So without teams the queue is taken one
-    shape at a time (`queue_lines`, merged in queue order), and a shape is dropped at its first job not
-    worth trying: a round visits the jobs of the shapes that can start, not the whole queue. With teams
-    (`queue`: their fair order, cpn.policies.teams) every job is asked in that order."""
-    if capacity.hopeless(snapshot.shapes):
+    not for the rest of the round (what is free only shrinks). So with the queue's lines (`QueueLines`:
+    the scheduler's, without teams) the queue is taken one shape at a time, merged in queue order, and a
+    shape is dropped at its first job not worth trying: a round visits the jobs of the shapes that can
+    start, not the whole queue. Otherwise (`FairQueue`: teams in their fair order, or a forward look's
+    copy of the snapshot) every job is asked in turn."""
+    if capacity.hopeless(shapes):
         return
-    if snapshot.teams is not None:
+    if isinstance(queue, FairQueue):
         for job in queue:
             if capacity.exhausted:
                 return
             if job.job_id not in done and capacity.worth_trying(job):
                 yield job
         return
-    lines = queue_lines(snapshot).lines
+    lines = queue.lines
     heads = [(line[0][0], key, 0) for key, line in lines.items()]
     heapq.heapify(heads)
     while heads and not capacity.exhausted:

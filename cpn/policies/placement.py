@@ -27,7 +27,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from cpn.admission import Room
-from cpn.decisions import Estimate, Placement, QueueLines, Rejection, Snapshot, shape_of
+from cpn.decisions import Estimate, Placement, QueueLines, Rejection, Snapshot
 from cpn.jobs import JobKind, JobSpec
 from cpn.rules import (
     POOLS_FOR_KIND,
@@ -461,18 +461,15 @@ class Capacity:
         return f"needs {job.cpu:g} CPU cores; no eligible node allows that under the CPU threshold"
 
 
-def queue_lines(snapshot: Snapshot) -> QueueLines:
-    """The snapshot's pending jobs by shape, each shape's in queue order (`QueueLines`): the scheduler's
-    (`Snapshot.lines`) when they group this very tuple of pending jobs, else grouped here, at a cost in
-    proportion to the queue."""
+def queue_lines(snapshot: Snapshot) -> QueueLines | None:
+    """The snapshot's pending jobs by shape, each shape's in queue order (`Snapshot.lines`), when the
+    scheduler's lines group this very tuple of pending jobs and there are no teams (whose fair order is
+    not the queue's); None otherwise, as in a forward look's copies of the snapshot: take the queue job
+    by job then."""
     given = snapshot.lines
-    if given is not None and given.pending is snapshot.pending:
-        return given
-    lines: dict[tuple, list[tuple[tuple[int, int], JobSpec]]] = {}
-    for i, job in enumerate(snapshot.pending):
-        lines.setdefault(shape_of(job), []).append(((-job.priority, i), job))
-    by_rank = {key: tuple(sorted(line, key=lambda entry: entry[0])) for key, line in lines.items()}
-    return QueueLines(snapshot.pending, by_rank)
+    if given is None or given.pending is not snapshot.pending or snapshot.teams is not None:
+        return None
+    return given
 
 
 NO_ESTIMATE = "no runtime estimate for any GPU type"

@@ -4,9 +4,10 @@ Team `bulk` queues `--bulk` (1,000) one-GPU ResNet-18 jobs at t=0, each `--bulk-
 K80 (ResNet-18, batch 32, Gavel's table: 7.2 steps/s; a P100 or V100 runs it 4-5 times faster), enough to
 hold every card of examples/clusters/gavel-36x3.yaml for many hours. Team `late-a` arrives at hour 1 and
 `late-b` at hour 2 (`--first-h`, `--stagger-h`); each queues a burst of `--burst` (36) jobs at its arrival,
-its third of the 108 cards at once, then one job every `--gap-s` (36 s) for `--hours` (4) hours, each
-`--late-h` (0.5-2) hours on a K80: about what a third of the cards (12 of each type) runs, so that each
-late team wants its share while it submits, and no more. Durations are drawn from a seeded RNG
+its third of the 108 cards at once, then one job every `--gap-s` (80 s) for `--hours` (4) hours, each
+`--late-h` (1.5-4.5) hours on a K80: a third of the cards (12 of each type) runs about 40 such jobs an
+hour and 45 arrive, so that each late team wants its share while it submits, and its queue stays short
+(its jobs wait well under an hour once it holds its share). Durations are drawn from a seeded RNG
 (`--seed`, 0). How often a team checkpoints is in teams.yaml (a team default), not in the trace. Run from
 the repository root: `python examples/teams/three_teams.py` (the checked-in CSV is its output with the
 defaults).
@@ -25,9 +26,9 @@ def rows(
     bulk: int = 1000,
     bulk_h: tuple[float, float] = (2.0, 6.0),
     burst: int = 36,
-    gap_s: float = 36.0,
+    gap_s: float = 80.0,
     hours: float = 4.0,
-    late_h: tuple[float, float] = (0.5, 2.0),
+    late_h: tuple[float, float] = (1.5, 4.5),
     first_h: float = 1.0,
     stagger_h: float = 1.0,
 ) -> list[dict]:
@@ -65,9 +66,9 @@ if __name__ == "__main__":
     parser.add_argument("--bulk", type=int, default=1000)
     parser.add_argument("--bulk-h", type=_hours, default=(2.0, 6.0), help="LOW,HIGH hours on a K80")
     parser.add_argument("--burst", type=int, default=36)
-    parser.add_argument("--gap-s", type=float, default=36.0)
+    parser.add_argument("--gap-s", type=float, default=80.0)
     parser.add_argument("--hours", type=float, default=4.0)
-    parser.add_argument("--late-h", type=_hours, default=(0.5, 2.0), help="LOW,HIGH hours on a K80")
+    parser.add_argument("--late-h", type=_hours, default=(1.5, 4.5), help="LOW,HIGH hours on a K80")
     parser.add_argument("--first-h", type=float, default=1.0)
     parser.add_argument("--stagger-h", type=float, default=1.0)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("three-teams.csv"))

@@ -11,7 +11,7 @@ import pytest
 from config.policies import policy_settings
 from config.settings import REPO_ROOT, ClustersConfig, load_model
 from cpn.bench.scale import bench_scale
-from cpn.decisions import Estimate, Snapshot, shape_of
+from cpn.decisions import Estimate, QueueLines, Snapshot, Team, Teams, shape_of
 from cpn.engine.queue_view import QueueView
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.inventory import Node, NodeState, Taint
@@ -51,9 +51,15 @@ def test_greedy_visits_only_the_shapes_that_can_start(monkeypatch):
         Capacity, "worth_trying", lambda self, j: asked.append(j.job_id) or worth_trying(self, j)
     )
     jobs = [job(f"wide-{i:04d}", 8) for i in range(1000)] + [job("x"), job("y")]
-    decision = make_policy("greedy").decide(replace(snapshot(jobs, free=4), explain=False))
+    s = replace(snapshot(jobs, free=4), explain=False)
+    lines = {}
+    for i, j in enumerate(jobs):
+        lines.setdefault(shape_of(j), []).append(((0, i), j))
+    lined = replace(s, lines=QueueLines(s.pending, {k: tuple(line) for k, line in lines.items()}))
+    decision = make_policy("greedy").decide(lined)
     assert [p.job_id for p in decision.placements] == ["x", "y"]
     assert len(asked) <= 4, asked[:10]
+    assert make_policy("greedy").decide(s) == decision, "the same decision without the lines, job by job"
 
 
 def test_greedy_takes_shapes_in_queue_order_priority_first():
@@ -72,7 +78,6 @@ def test_the_queue_view_keeps_the_lines_of_its_pending_jobs_in_queue_order():
     assert lines.pending is view.pending()
     two, one = shape_of(job("a", 2)), shape_of(job("b"))
     assert ranked(lines) == {two: ["d", "a", "c"], one: ["b", "e"]}
-    assert ranked(lines) == ranked(queue_lines(Snapshot(0.0, view.pending(), ()))), "as a policy groups them"
 
     store.transition("a", JobState.ASSIGNED, cluster="x", node="n")
     store.transition("b", JobState.SCHEDULE_FAILED, reason="too big")
@@ -90,8 +95,8 @@ def test_a_policy_uses_the_given_lines_only_for_the_pending_jobs_they_group():
     view.refresh()
     given = Snapshot(0.0, view.pending(), (), lines=view.lines())
     assert queue_lines(given) is view.lines()
-    fewer = replace(given, pending=given.pending[1:])
-    assert ranked(queue_lines(fewer)) == {shape_of(job("b")): ["b"]}
+    assert queue_lines(replace(given, pending=given.pending[1:])) is None, "a copy with other pending jobs"
+    assert queue_lines(replace(given, teams=Teams((Team("default"),)))) is None, "teams take turns instead"
 
 
 def test_bench_scale_replays_each_size_and_times_it():
