@@ -13,12 +13,17 @@ from types import FrameType
 
 from cli.intake import add_security_arguments, security_from_args
 from config.runtime import job_store, runtime_settings
-from config.settings import DEMO_DIR, ConfigError, Profile, load_profile
+from config.settings import DEMO_DIR, ClustersConfig, ConfigError, Profile, load_profile
+from config.teams import folder_teams, quota_warnings
 from cpn.bootstrap import Service, build_service
+from cpn.decisions import Teams
 from cpn.engine.lease import LeaseLost, holder_name, lease_ttl
 from cpn.engine.live import LiveLoop
 from cpn.engine.scheduler import RoundResult
+from cpn.engine.team_view import TeamBoard
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
+from cpn.inventory import nodes_from_config
+from cpn.policies.teams import quota_cards, teams_of
 from cpn.store import StoreError
 
 log = logging.getLogger("cpn.run")
@@ -102,6 +107,17 @@ def _on_round(result: RoundResult) -> None:
         )
 
 
+def service_teams(folder: str, clusters: ClustersConfig) -> Teams | None:
+    """The teams of config folder `folder` (its `teams.yaml`), each quota larger than `clusters` have logged
+    as a warning; None without a teams file (raises ConfigError naming the field of a bad one)."""
+    config = folder_teams(folder)
+    if config is None:
+        return None
+    for line in quota_warnings(config, quota_cards(nodes_from_config(clusters))):
+        log.warning("%s", line)
+    return teams_of(config)
+
+
 def build(args: argparse.Namespace, profile: Profile) -> Service:
     """The service `args` and the loaded config folder describe, holding the store's scheduler lease, or, on
     a database server's store another process leads, a standby (raises ThroughputFormatError, StoreError,
@@ -126,6 +142,7 @@ def build(args: argparse.Namespace, profile: Profile) -> Service:
         purpose="cpn run",
         lease_ttl_s=lease_ttl(_interval(args, profile)),
         standby=True,
+        teams=service_teams(args.config, profile.clusters),
     )
 
 
@@ -212,6 +229,8 @@ def run_service(args: argparse.Namespace) -> int:
             telemetry.after_round(result, capacity.view().counts, health)  # what /metrics serves
 
         loop = LiveLoop(service.scheduler, interval, simulation=service.driver, on_round=after_and_record)
+        teams = service.scheduler.teams
+        board = None if teams is None else TeamBoard(teams, nodes_from_config(service.clusters))
     except (ConfigError, ThroughputFormatError, StoreError, ValueError, FileNotFoundError) as exc:
         print(f"cpn run: {exc}", file=sys.stderr)
         return 2
@@ -229,6 +248,7 @@ def run_service(args: argparse.Namespace) -> int:
                         logs=service.gateway.logs,
                         clock="simulated" if isinstance(service.clock, SimClock) else "wall",
                         leader=lambda: service.leads,
+                        teams=board,
                     ),
                     service.store,
                     security,
@@ -236,6 +256,7 @@ def run_service(args: argparse.Namespace) -> int:
                     service.clock.now,
                     logs=service.gateway.logs,
                     estimates=service.scheduler.estimator,
+                    teams=board,
                 ),
                 host=args.host,
                 port=args.port,

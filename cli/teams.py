@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from collections import Counter
 from pathlib import Path
 
 from config.runtime import job_store
 from config.settings import DEMO_DIR, ClustersConfig, ConfigError, load_model
-from config.teams import load_teams, quota_warnings
-from cpn.decisions import RunningJob
+from config.teams import TEAMS_FILE, load_teams, quota_warnings
+from cpn.engine.team_view import TeamBoard
 from cpn.inventory import nodes_from_config
-from cpn.jobs import ON_CLUSTER, JobState
-from cpn.policies.teams import standing, teams_of
+from cpn.policies.teams import quota_cards, teams_of
 from cpn.store import JobStore, StoreError
 
 
@@ -41,32 +38,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_teams(args: argparse.Namespace) -> int:
     """Print the teams' standing; exit 2 on a bad file."""
     try:
-        config = load_teams(args.teams or Path(args.config) / "teams.yaml")
+        config = load_teams(args.teams or Path(args.config) / TEAMS_FILE)
         nodes = nodes_from_config(load_model(Path(args.config) / "clusters.yaml", ClustersConfig))
     except ConfigError as exc:
         print(f"cpn teams: {exc}", file=sys.stderr)
         return 2
-    cards: Counter = Counter()
-    for n in nodes:
-        for key in {n.gpu_product, n.gpu_type, n.usage}:
-            cards[key] += n.gpu_count
-    for line in quota_warnings(config, cards):
+    for line in quota_warnings(config, quota_cards(nodes)):
         print(f"warning: {line}", file=sys.stderr)
-    teams = teams_of(config)
     try:
         store = JobStore(job_store(args.store), read_only=True)
     except StoreError as exc:
         print(f"cpn teams: {exc}", file=sys.stderr)
         return 2
     try:
-        placed = {
-            r.job_id: RunningJob(math.inf, tuple((f"{r.cluster}/{n}", c) for n, c in r.placement))
-            for r in store.jobs(ON_CLUSTER)
-        }
-        waiting = Counter(teams.team_of(r.job_id) for r in store.jobs(JobState.QUEUED))
+        rows = TeamBoard(teams_of(config), nodes).rows(store)
     finally:
         store.close()
-    rows = standing(teams, nodes, placed, waiting)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -17,6 +17,7 @@ scheduler and `cpn teams` warn about it (`quota_warnings`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
@@ -99,6 +100,17 @@ def load_teams(path) -> TeamsConfig:
             f"{path}: teams: {DEFAULT_TEAM!r} is the team of namespaces in no team; pick another name"
         )
     return config
+
+
+TEAMS_FILE = "teams.yaml"
+"""The teams file's name in a config folder."""
+
+
+def folder_teams(folder: Path | str) -> TeamsConfig | None:
+    """The teams file of a config folder, None when it has none (`cpn run` then keeps one queue); a bad
+    one raises ConfigError naming the field."""
+    path = Path(folder) / TEAMS_FILE
+    return load_teams(path) if path.exists() else None
 
 
 def quota_warnings(config: TeamsConfig, cards: Mapping[str, int]) -> list[str]:

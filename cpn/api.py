@@ -30,6 +30,9 @@
   `POST /clusters/{name}/cordon|uncordon`, `DELETE /clusters/{name}?force=true`: the cluster set, changed
   at the scheduler's next round (cpn.adapters.clusters); only for a token for every namespace (403 otherwise),
   404 for an unknown cluster, 409 for a change the set refuses, 422 for a cluster that fails validation.
+- `GET /teams`: each team's weight, quota, borrowing limit, cards in use, borrowed cards, share and queued
+  jobs, as `cpn teams` prints them (cpn.engine.team_view), in `cpn run` with a teams file; a namespace token
+  sees the teams of its namespaces only; 404 where the service has no teams.
 - `GET /healthz`: the API is up (no token needed), and, in `cpn run`, `"leader"`: whether this replica
   leads the scheduling loop; job counts per state with a token for every namespace.
 - `GET /metrics`: cpn's own metrics in Prometheus' text format (no token needed, like `/healthz`:
@@ -67,6 +70,7 @@ from config.settings import ConfigError
 from cpn.adapters.clusters import cluster_summary, cluster_to_add
 from cpn.adapters.gateway import NoLog
 from cpn.auth import ANONYMOUS, ApiSecurity, Principal
+from cpn.engine.team_view import TeamBoard
 from cpn.intake import IntakeError, Reading, read_manifests
 from cpn.jobs import JobSpec, JobState
 from cpn.safe_yaml import clip
@@ -128,6 +132,7 @@ def create_app(
     logs: LogSource | None = None,
     clock: Literal["wall", "simulated"] = "wall",
     leader: Callable[[], bool] | None = None,
+    teams: TeamBoard | None = None,
 ) -> FastAPI:
     """The intake API over `store`, admitting requests as `security` says; the caller owns the store.
 
@@ -137,7 +142,8 @@ def create_app(
     `logs` reads a job's log from the clusters (`cpn run` passes its gateway's; without it, as in `cpn
     serve`, only stored log tails are served); `clock` is the store's clock, which says how times are
     shown (module doc). `leader` says whether this process leads the store's scheduling (`cpn run`'s
-    replicas), which `/healthz` answers as `"leader"`; None (`cpn serve`): not said.
+    replicas), which `/healthz` answers as `"leader"`; None (`cpn serve`): not said. `teams`: the teams the
+    scheduler shares the clusters by, which `GET /teams` shows (None: no teams file, 404).
     """
     app = FastAPI(
         title="cpn job intake",
@@ -255,6 +261,14 @@ def create_app(
         if principal is None or principal.namespaces is not None:
             return answer
         return answer | {"jobs": {state.value: n for state, n in counts.items()}}
+
+    @app.get("/teams")
+    def list_teams(request: Request) -> dict[str, Any]:
+        """Each team's standing (cpn.engine.team_view.TeamBoard.rows), only the teams of the caller's
+        namespaces for a namespace token."""
+        if teams is None:
+            raise _BadRequest("this service has no teams: put a teams.yaml in its config folder", 404)
+        return {"teams": teams.rows(store, _principal(request).namespaces)}
 
     @app.get("/clusters")
     def list_clusters(request: Request) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from cpn.adapters.clusters import ClusterBook, ClusterSet, stored_clusters, stor
 from cpn.adapters.gateway import ClusterGateway
 from cpn.adapters.migrator import Migrator
 from cpn.clock import Clock, SimClock, WallClock
+from cpn.decisions import Teams
 from cpn.engine.lease import MIN_TTL_S, SchedulerLease
 from cpn.engine.live_load import MeasuredLoad
 from cpn.engine.scheduler import EstimateSource, NodeLoad, Scheduler
@@ -176,6 +177,7 @@ def build_service(
     purpose: str = "cpn",
     lease_ttl_s: float = MIN_TTL_S,
     standby: bool = False,
+    teams: Teams | None = None,
 ) -> Service:
     """The scheduler over `clusters` with a job store at `store_path` (see the module doc).
 
@@ -193,7 +195,8 @@ def build_service(
     without the lease instead, a replica that serves reads and intake and takes the lease later
     (Service.try_lead). A store file serves one machine: there the refusal stands. `read_only` opens
     the store for reading and writes no file: a dry run's service, which takes no lease and must not
-    record or submit anything.
+    record or submit anything. `teams` (cpn.policies.teams.teams_of over a teams file; `cpn run` reads
+    `teams.yaml` of its config folder) makes the policy order and limit the queue by team; None: one queue.
     """
     real = [c.name for c in clusters.clusters if c.kube_context]
     if real and time_scale not in (None, 1):
@@ -281,6 +284,7 @@ def build_service(
         explain_every_s=0.0 if live else REPLAY_EXPLAIN_EVERY_S,
         lease=lease,
         forecast=live,  # a replay looks forward only when a benchmark asks (cpn.bench.recorder.record_on)
+        teams=teams,
     )
     if live and not read_only:
 

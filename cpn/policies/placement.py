@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from cpn.admission import Room
 from cpn.decisions import Estimate, Placement, QueueLines, Rejection, Snapshot
+from cpn.inventory import Node
 from cpn.jobs import JobKind, JobSpec
 from cpn.rules import (
     POOLS_FOR_KIND,
@@ -176,6 +177,40 @@ class Fit:
     """Why no placement could ever satisfy the job; None when some could (or it was not worth asking)."""
 
 
+_Layout = tuple[tuple[tuple[str, str, str], tuple[int, ...], dict[JobKind, tuple[int, ...]]], ...]
+_LAYOUTS: dict[tuple[int, ...], tuple[tuple[Node, ...], _Layout]] = {}
+"""Node identities -> (the nodes, held so that their identities are not reused; their layout)."""
+
+
+def _layout(nodes: tuple[Node, ...]) -> _Layout:
+    """How `nodes` fall into groups, which depends on the nodes alone, worked out once per inventory:
+    per group, its key, the positions of its nodes in `nodes`, and per job kind the positions within the
+    group of the nodes that kind may use (pool and taints). A forward look builds a Capacity at every
+    simulated end on the same nodes."""
+    key = tuple(map(id, nodes))
+    known = _LAYOUTS.get(key)
+    if known is not None:
+        return known[1]
+    members: dict[tuple[str, str, str], list[int]] = {}
+    for i, node in enumerate(nodes):
+        members.setdefault((node.cluster, node.gpu_type, node.usage), []).append(i)
+    layout = tuple(
+        (
+            group,
+            tuple(at),
+            {
+                kind: tuple(j for j, i in enumerate(at) if kind_admits(nodes[i], kind))
+                for kind in POOLS_FOR_KIND
+            },
+        )
+        for group, at in members.items()
+    )
+    if len(_LAYOUTS) >= 16:  # inventories that changed: keep only recent ones
+        _LAYOUTS.clear()
+    _LAYOUTS[key] = (nodes, layout)
+    return layout
+
+
 class Capacity:
     """A working copy of what a snapshot has free, for one decision: ask `fit`, then `take` an option.
 
@@ -196,19 +231,14 @@ class Capacity:
     def __init__(self, snapshot: Snapshot, memory_aware: bool = True) -> None:
         self.snapshot = snapshot
         self.memory_aware = memory_aware
-        groups: dict[tuple[str, str, str], Group] = {}
-        for state in snapshot.nodes:
-            node = state.node
-            slot = Room.of(state, snapshot.cpu_threshold)
-            key = (node.cluster, node.gpu_type, node.usage)
-            if key not in groups:
-                groups[key] = Group(node.cluster, node.gpu_type, node.usage, [])
-            groups[key].slots.append(slot)
-        self._groups = list(groups.values())
-        for group in self._groups:
+        rooms = [Room.of(state, snapshot.cpu_threshold) for state in snapshot.nodes]
+        self._groups = []
+        for key, members, admits in _layout(tuple(state.node for state in snapshot.nodes)):
+            group = Group(*key, [rooms[i] for i in members])
+            self._groups.append(group)
             group.recount()
-            for kind in POOLS_FOR_KIND:
-                admitted = tuple(s for s in group.slots if kind_admits(s.node, kind))
+            for kind, positions in admits.items():
+                admitted = tuple(group.slots[i] for i in positions)
                 group.admits[kind] = admitted
                 group.sizes[kind] = (
                     max((s.node.gpu_count for s in admitted), default=0),

@@ -281,6 +281,16 @@ def teams_of(config: TeamsConfig) -> Teams:
     return Teams((*teams, Team(DEFAULT_TEAM)), namespaces, DEFAULT_TEAM)
 
 
+def quota_cards(nodes: Iterable[Node]) -> Counter:
+    """Cards the clusters hold per GPU product label, GPU type and pool: what a quota is weighed against
+    (config.teams.quota_warnings)."""
+    cards: Counter = Counter()
+    for node in nodes:
+        for key in set(card_class(node)):
+            cards[key] += node.gpu_count
+    return cards
+
+
 def standing(
     teams: Teams, nodes: Sequence[Node], placed: Mapping[str, RunningJob], waiting: Counter
 ) -> list[dict]:

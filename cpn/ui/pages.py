@@ -9,7 +9,8 @@
   measured runtime, transitions, its log tail (from its cluster, else the one stored with a failed run),
   its manifest (secrets redacted as the API redacts them) and a cancel button;
 - `/ui/clusters`: free, used and unusable cards per cluster and GPU type, each cluster's metrics health
-  and its age, the WAN bandwidth learnt from copies, utilisation over time and a Gantt of recent jobs.
+  and its age, the WAN bandwidth learnt from copies, utilisation over time and a Gantt of recent jobs;
+  with a teams file, each team's quota, cards in use, borrowed cards and queued jobs (as GET /teams).
 
 Forms are POSTed; the API's guard (cpn.api) refuses cross-site requests (Origin, Sec-Fetch-Site) before
 they get here, and the SameSite cookie is not sent with them anyway.
@@ -35,6 +36,7 @@ from cpn.api import LogSource, cancel_answer, redact_manifest, redact_text
 from cpn.auth import ApiSecurity, Principal
 from cpn.decisions import Estimate, WaitCode
 from cpn.engine.scheduler import EstimateSource
+from cpn.engine.team_view import TeamBoard
 from cpn.jobs import FINISHED, JobState
 from cpn.store import JobRecord, JobStore, Transition, UnknownJob
 from cpn.ui.capacity import CapacityView
@@ -89,12 +91,14 @@ def mount_ui(
     now: Callable[[], float] = time.time,
     logs: LogSource | None = None,
     estimates: EstimateSource | None = None,
+    teams: TeamBoard | None = None,
 ) -> FastAPI:
     """Add the `/ui` pages to `app` (cpn.api.create_app's, with the same `security`), reading `store`, and
     return it; `capacity` is the running service's latest inventory (None: the clusters page says there is
     none); `now` is the store's clock (ages, predicted starts); `logs` reads a job's log from its cluster
     (the callable create_app gets; None: only stored log tails); `estimates` is the scheduler's estimate
-    source, whose runtime a job's page sets beside the measured one (None: not shown)."""
+    source, whose runtime a job's page sets beside the measured one (None: not shown); `teams` the teams the
+    clusters page shows, those of the caller's namespaces (None: no teams table)."""
 
     def page(name: str, request: Request, status: int = 200, **values: Any) -> HTMLResponse:
         html = _env.get_template(name).render(principal=principal_of(request), **values)
@@ -241,10 +245,18 @@ def mount_ui(
 
     @app.get("/ui/clusters", include_in_schema=False)
     def clusters(request: Request) -> Response:
-        if principal_of(request) is None:
+        principal = principal_of(request)
+        if principal is None:
             return login_first()
         view = capacity() if capacity is not None else CapacityView()
-        return page("clusters.html", request, view=view, chart=utilisation_chart(view), gantt=gantt(view))
+        return page(
+            "clusters.html",
+            request,
+            view=view,
+            chart=utilisation_chart(view),
+            gantt=gantt(view),
+            teams=None if teams is None else teams.rows(store, principal.namespaces),
+        )
 
     return app
 
