@@ -124,6 +124,7 @@ def build(args: argparse.Namespace, profile: Profile) -> Service:
     StoreLeased naming the process that holds a store file's lease, ValueError)."""
     from models.sources import estimate_source
 
+    teams = service_teams(args.config, profile.clusters)  # a bad teams file fails before anything starts
     table = ThroughputTable.load(args.throughputs)
     store = job_store(args.store)
     return build_service(
@@ -142,7 +143,7 @@ def build(args: argparse.Namespace, profile: Profile) -> Service:
         purpose="cpn run",
         lease_ttl_s=lease_ttl(_interval(args, profile)),
         standby=True,
-        teams=service_teams(args.config, profile.clusters),
+        teams=teams,
     )
 
 

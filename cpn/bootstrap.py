@@ -28,6 +28,7 @@ from cpn.adapters.gateway import ClusterGateway
 from cpn.adapters.migrator import Migrator
 from cpn.clock import Clock, SimClock, WallClock
 from cpn.decisions import Teams
+from cpn.engine.forecast import LIVE_SHARE
 from cpn.engine.lease import MIN_TTL_S, SchedulerLease
 from cpn.engine.live_load import MeasuredLoad
 from cpn.engine.scheduler import EstimateSource, NodeLoad, Scheduler
@@ -284,6 +285,7 @@ def build_service(
         explain_every_s=0.0 if live else REPLAY_EXPLAIN_EVERY_S,
         lease=lease,
         forecast=live,  # a replay looks forward only when a benchmark asks (cpn.bench.recorder.record_on)
+        forecast_share=LIVE_SHARE if live else None,
         teams=teams,
     )
     if live and not read_only:

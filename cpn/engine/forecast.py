@@ -40,6 +40,10 @@ from cpn.policies.base import Policy
 from cpn.policies.placement import job_memory_gb
 from cpn.rules import SHARE_EPS, gang_cpu, is_sharing, pick_shared_card
 
+LIVE_SHARE = 0.2
+"""Share of the wall time the live service's forward look may take (`Forecaster.max_share`): a look that
+cost 2 s is not run again for 10 s, so rounds keep their pace with any queue."""
+
 EPS_S = 1e-6
 """Times closer than this (seconds) are the same moment."""
 
@@ -416,9 +420,14 @@ class Forecaster:
     look with greedy in its place.
     """
 
-    def __init__(self, policy: Policy, keep_plan: bool | None = None) -> None:
+    def __init__(self, policy: Policy, keep_plan: bool | None = None, max_share: float | None = None) -> None:
         self.policy = policy
         self.keep_plan = getattr(policy, "keeps_plan", False) if keep_plan is None else keep_plan
+        self.max_share = max_share
+        """At most this share of the wall time goes to looking forward (None: look whenever the last look no
+        longer holds). The live service sets it so that a long queue, whose look costs seconds, never holds up
+        its rounds: between looks, jobs keep the last look's predictions and jobs new since get none yet."""
+        self._next_look_at = 0.0
         self.last: Outlook | None = None
         self.looks = 0
         """Forward looks run (rounds that reused the last look do not count)."""
@@ -445,8 +454,13 @@ class Forecaster:
         previous = self.last
         moved: dict[str, str] = {}
         holds = previous is not None and _holds(previous, snapshot, decision)
-        if not holds or any(j.job_id not in previous.jobs for j in snapshot.pending):
+        stale = not holds or any(j.job_id not in previous.jobs for j in snapshot.pending)
+        if stale and (previous is None or time.monotonic() >= self._next_look_at):
+            started = time.monotonic()
             self.last = look(self.policy, snapshot, decision, previous if holds else None)
+            if self.max_share:
+                cost = time.monotonic() - started
+                self._next_look_at = started + cost / self.max_share
             self.looks += 1
             self.followed += holds
             if previous is not None:

@@ -244,6 +244,7 @@ class Scheduler:
         explain_every_s: float = 0.0,
         lease: SchedulerLease | None = None,
         forecast: bool = True,
+        forecast_share: float | None = None,
         teams: Teams | None = None,
     ) -> None:
         if (transfers is None) != (migrator is None):
@@ -265,9 +266,12 @@ class Scheduler:
         Explaining costs time in proportion to the queue; a replay throttles it, the live service does not."""
         self.lease = lease
         """The store's scheduler lease it acts under; None where no other process schedules the store."""
-        self.forecaster: Forecaster | None = Forecaster(looked_forward_with(policy)) if forecast else None
-        """Looks forward each round to predict when every waiting job starts (cpn.engine.forecast); None:
-        only the policy's own plan predicts starts."""
+        self.forecaster: Forecaster | None = (
+            Forecaster(looked_forward_with(policy), max_share=forecast_share) if forecast else None
+        )
+        """Looks forward each round to predict when every waiting job starts (cpn.engine.forecast), taking at
+        most `forecast_share` of the wall time when given (the live service); None: only the policy's own
+        plan predicts starts."""
         self.teams = teams
         """Teams, quotas and weights the policy orders and limits by (Snapshot.teams); None = no teams."""
         self.on_decision: Callable[[Snapshot, Decision], None] | None = None

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from cpn.decisions import Estimate, RunningJob, Snapshot
+from cpn.engine import forecast
 from cpn.engine.forecast import Forecaster
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
@@ -149,3 +150,34 @@ def test_an_arrival_is_looked_at_from_where_it_could_start_and_predicts_as_a_fre
     got = predictions(following, later)
     assert {j: p[:3] for j, p in got.items()} == {j: p[:3] for j, p in expected.items()}
     assert following.followed == 1 and following.policy.decided == asked
+
+
+def test_a_capped_forecaster_does_not_look_again_until_its_share_of_the_time_has_passed(monkeypatch):
+    """With `max_share`, a look that cost 1 s is not repeated for 1 / share seconds: the jobs it saw keep
+    their predictions, a job that arrived since has none yet; then the next look predicts it."""
+    wall = [100.0]
+    monkeypatch.setattr(forecast.time, "monotonic", lambda: wall[0])
+    real_look = forecast.look
+
+    def costly(*args, **kwargs):
+        wall[0] += 1.0  # every look costs one second of wall time
+        return real_look(*args, **kwargs)
+
+    monkeypatch.setattr(forecast, "look", costly)
+    forecaster = Forecaster(make_policy("fifo"), max_share=0.25)
+    runtimes = {"r": (100.0, 0.0), "a": (50.0, 0.0), "b": (50.0, 0.0)}
+
+    def starts(pending: tuple[JobSpec, ...]) -> dict[str, float | None]:
+        snap = snapshot(0.0, pending, {"r": holding(100.0)}, runtimes)
+        return {
+            w.job_id: w.predicted_start
+            for w in forecaster.apply(snap, forecaster.policy.decide(snap)).waiting
+        }
+
+    assert starts((job("a"),)) == {"a": 100.0}
+    wall[0] += 1.0  # 2 s after the look began: within the 4 s a 25% share of a 1 s look allows
+    assert starts((job("a"), job("b"))) == {"a": 100.0, "b": None}
+    assert forecaster.looks == 1
+    wall[0] += 3.0
+    assert starts((job("a"), job("b"))) == {"a": 100.0, "b": 150.0}
+    assert forecaster.looks == 2
