@@ -121,7 +121,9 @@ def served(tmp_path):
     security = ApiSecurity(Authenticator(tokens), allowed_hosts=frozenset({"testserver"}))
     assert service.scheduler.teams is not None
     board = TeamBoard(service.scheduler.teams, nodes_from_config(service.clusters))
-    app = mount_ui(create_app(service.store, security=security, teams=board), service.store, security, teams=board)
+    app = mount_ui(
+        create_app(service.store, security=security, teams=board), service.store, security, teams=board
+    )
     with TestClient(app) as client:
         yield client, admin, team_b, service
     service.close()
