@@ -89,7 +89,7 @@ class TeamUse:
 class Ledger:
     """Every team's use and quota for one decision, and the clusters' cards per GPU type."""
 
-    def __init__(self, snapshot: Snapshot, teams: Teams) -> None:
+    def __init__(self, snapshot: Snapshot, teams: Teams, active: set[str] | None = None) -> None:
         self.teams = teams
         nodes = {s.node.key: s.node for s in snapshot.nodes}
         self.total: Counter = Counter()
@@ -97,9 +97,10 @@ class Ledger:
         for node in nodes.values():
             self.total[node.gpu_type] += node.gpu_count
         self.use = {t.name: TeamUse(t, dict(t.quota)) for t in teams.teams}
-        active = {teams.team_of(j.job_id) for j in snapshot.pending} | {
-            teams.team_of(job_id) for job_id in snapshot.running
-        }
+        if active is None:  # the teams with work: jobs queued or running
+            active = {teams.team_of(j.job_id) for j in snapshot.pending} | {
+                teams.team_of(job_id) for job_id in snapshot.running
+            }
         self._weight_only(nodes.values(), active)
         for job_id, job in snapshot.running.items():
             mine = self.use.get(teams.team_of(job_id))
@@ -297,7 +298,8 @@ def standing(
     """Each team's quota, cards in use, borrowed cards and waiting jobs (`cpn teams`): `placed` is job_id ->
     the whole cards of each job on a cluster, `waiting` team -> queued jobs."""
     snapshot = Snapshot(0.0, (), tuple(NodeState(n, n.gpu_count) for n in nodes), running=placed, teams=teams)
-    ledger = Ledger(snapshot, teams)
+    active = {name for name, n in waiting.items() if n} | {teams.team_of(job_id) for job_id in placed}
+    ledger = Ledger(snapshot, teams, active)
     return [
         {
             "team": name,

@@ -133,7 +133,8 @@ def test_get_teams_shows_every_team_to_an_admin_and_its_own_to_a_namespace_token
     client, admin, team_b, service = served
     a = {"team": "a", "weight": 1.0, "quota": {"v100": 1}, "borrowing_limit": None}
     b = {"team": "b", "weight": 1.0, "quota": {"k80": 4, "v100": 1}, "borrowing_limit": 0}
-    default = {"team": "default", "weight": 1.0, "quota": {}, "borrowing_limit": None}
+    # The default team has a job waiting, so it shares what the quotas leave of each GPU type: nothing here.
+    default = {"team": "default", "weight": 1.0, "quota": {"v100": 0}, "borrowing_limit": None}
     rows = client.get("/teams", headers=admin).json()["teams"]
     assert rows == [
         {**a, "cards": 1, "borrowed": 0, "share": 0.5, "waiting": 2},
