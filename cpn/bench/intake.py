@@ -1,12 +1,13 @@
 """Load on the HTTP intake: C clients post N jobs to a real server and the store is checked afterwards.
 
-`bench_intake` starts the server command it is given (`cpn serve` on a fresh store,
-with a fresh token, in a subprocess), waits until `/healthz` answers, then runs C
-asyncio clients in this process, each on its own keep-alive connection, posting
-batches of B generated Jobs until N are sent. Each request's latency is timed from
-its first byte written to its last byte read. After the load the server is stopped
-and the store is opened: every acknowledged job must be there once (`lost`,
-`duplicated`: jobs with more than one entry into the queue).
+`bench_intake` starts the server command it is given (`cpn serve` with a fresh token,
+in a subprocess) R times (replicas) on one store, a fresh SQLite file or an empty
+database it is given, waits until each answers `/healthz`, then runs C asyncio
+clients in this process, each on its own keep-alive connection to one replica (round
+robin), posting batches of B generated Jobs until N are sent. Each request's latency
+is timed from its first byte written to its last byte read. After the load the servers
+are stopped and the store is opened: every acknowledged job must be there once
+(`lost`, `duplicated`: jobs with more than one entry into the queue).
 
 The clients are a minimal HTTP/1.1 writer and reader over asyncio streams, so that
 the load generator, which shares the machine, costs as little as it can.
@@ -29,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cpn.auth import create_token
-from cpn.store import JobStore
+from cpn.store import JobStore, StoreError
 
 NAMESPACE = "bench"
 """Namespace of the generated jobs (the bench's token may write only it)."""
@@ -105,43 +106,60 @@ def free_port() -> int:
 
 
 def bench_intake(
-    server_command: Callable[[Path, Path, int], list[str]],
+    server_command: Callable[[Path, int], list[str]],
     *,
     clients: int,
     jobs: int,
     batch: int = 1,
+    store: str | None = None,
+    replicas: int = 1,
     progress: Callable[[str], None] = lambda _: None,
 ) -> IntakeBenchResult:
-    """Start the server, post `jobs` jobs in batches of `batch` from `clients` clients, check the store.
+    """Start the servers, post `jobs` jobs in batches of `batch` from `clients` clients, check the store.
 
-    `server_command(store, tokens_file, port)` is the command line of a server
-    on 127.0.0.1:`port` over that store, authenticating with that tokens file.
+    `server_command(tokens_file, port)` is the command line of a server on 127.0.0.1:`port`
+    authenticating with that tokens file, over the store that `CPN_STORE` in its environment names
+    (so that a password in a database URL is on no command line). `store` is that store, a file or a
+    database URL, which must hold no job (StoreError if it does); None: a fresh SQLite file.
+    `replicas` servers share it, client i posting to replica i mod `replicas`.
     """
-    if clients < 1 or jobs < 1 or batch < 1:
-        raise ValueError("--clients, --jobs and --batch must be at least 1")
+    if clients < 1 or jobs < 1 or batch < 1 or replicas < 1:
+        raise ValueError("--clients, --jobs, --batch and --replicas must be at least 1")
     with tempfile.TemporaryDirectory(prefix="cpn-bench-intake-") as tmp:
-        store, tokens = Path(tmp) / "jobs.db", Path(tmp) / "tokens.yaml"
+        target = str(Path(tmp) / "jobs.db") if store is None else store
+        _check_empty(target)  # this also migrates a new store's schema, once, before the replicas start
+        tokens = Path(tmp) / "tokens.yaml"
         token = create_token(tokens, "bench", [NAMESPACE])
-        port = free_port()
-        progress(f"starting the server on 127.0.0.1:{port} ...")
-        log = open(Path(tmp) / "server.log", "wb")  # noqa: SIM115  # closed below, after the server
-        server = subprocess.Popen(
-            server_command(store, tokens, port), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        ports: list[int] = []
+        while len(ports) < replicas:
+            if (port := free_port()) not in ports:
+                ports.append(port)
+        env = os.environ | {"CPN_STORE": target}
+        progress(f"starting {replicas} server(s) on 127.0.0.1:{','.join(map(str, ports))} ...")
+        logs = [Path(tmp) / f"server-{i}.log" for i in range(replicas)]
+        servers: list[tuple[subprocess.Popen, Path]] = []
         try:
-            _wait_ready(port, server, Path(tmp) / "server.log")
+            for port, log in zip(ports, logs, strict=True):
+                with log.open("wb") as out:  # the child keeps its own descriptor
+                    command = server_command(tokens, port)
+                    proc = subprocess.Popen(
+                        command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+                    )
+                servers.append((proc, log))
+            for port, (proc, log) in zip(ports, servers, strict=True):
+                _wait_ready(port, proc, log)
             bodies = [
                 "---\n".join(job_manifest(i) for i in range(start, min(start + batch, jobs))).encode()
                 for start in range(0, jobs, batch)
             ]
             progress(f"posting {jobs:,} jobs in {len(bodies):,} requests from {clients} clients ...")
-            cpu_before = _cpu_seconds(server.pid)
-            seconds, latencies, acked, errors = asyncio.run(_load(port, token, bodies, clients))
-            server_cpu = _cpu_seconds(server.pid) - cpu_before
+            cpu_before = sum(_cpu_seconds(proc.pid) for proc, _ in servers)
+            seconds, latencies, acked, errors = asyncio.run(_load(ports, token, bodies, clients))
+            server_cpu = sum(_cpu_seconds(proc.pid) for proc, _ in servers) - cpu_before
         finally:
-            _stop(server)
-            log.close()
-        with JobStore(store) as s:
+            for proc, _ in servers:
+                _stop(proc)
+        with JobStore(target) as s:
             stored_ids = {r.job_id for r in s.jobs()}
             entries = Counter(t.job_id for t in s.transitions_all() if t.from_state is None)
     latencies.sort()
@@ -161,6 +179,18 @@ def bench_intake(
         errors={str(k): v for k, v in sorted(errors.items())},
         server_cpu_ms_per_job=round(server_cpu * 1000 / max(1, len(acked)), 3),
     )
+
+
+def _check_empty(target: str) -> None:
+    """Open the store (creating or migrating its schema) and refuse it if it holds any job: the check
+    afterwards counts every job in it as the bench's."""
+    with JobStore(target) as s:
+        held = sum(s.counts().values())
+        if held:
+            raise StoreError(
+                f"{s.path}: the store holds {held:,} jobs already; the bench needs an empty one "
+                "(a new database, e.g. createdb)"
+            )
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -200,18 +230,18 @@ def _stop(server: subprocess.Popen) -> None:
 
 
 async def _load(
-    port: int, token: str, bodies: list[bytes], clients: int
+    ports: list[int], token: str, bodies: list[bytes], clients: int
 ) -> tuple[float, list[float], list[str], Counter]:
     queue = iter(bodies)
     latencies: list[float] = []
     acked: list[str] = []
     errors: Counter = Counter()
-    head = (
-        f"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
-        "Content-Type: application/yaml\r\nContent-Length: "
-    ).encode()
 
-    async def client() -> None:
+    async def client(port: int) -> None:
+        head = (
+            f"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/yaml\r\nContent-Length: "
+        ).encode()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             for body in queue:
@@ -227,7 +257,7 @@ async def _load(
             writer.close()
 
     start = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
+    await asyncio.gather(*(client(ports[i % len(ports)]) for i in range(clients)))
     return time.perf_counter() - start, latencies, acked, errors
 
 
