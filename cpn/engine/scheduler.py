@@ -615,8 +615,6 @@ class Scheduler:
         spec = self._exclusive.get(job_id, record.spec)
         cards = () if is_sharing(spec) else tuple((f"{record.cluster}/{n}", c) for n, c in record.placement)
         started = record.updated_at if record.state == JobState.RUNNING else self.clock.now()
-        if record.state == JobState.MIGRATING:  # it starts once its copy is done, as the forward look says
-            started = record.updated_at + self._transfer_rows.get(job_id, {}).get(record.cluster or "", 0.0)
         checkpoints = spec.checkpoint_interval_s
         if self.teams is not None:
             checkpoints = self.teams.checkpoint_interval(spec)
