@@ -70,6 +70,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="teams file (format: docs/teams.md): the policies share the cards among teams by it, and each "
         "run reports the teams' shares, waits and fairness error",
     )
+    p.add_argument(
+        "--no-forecast",
+        action="store_true",
+        help="replay without the forward look (the engine's own cost; predicted starts only where a policy's "
+        "own plan gives them, as the milp's)",
+    )
     p.add_argument("--json", help="write the figures as JSON here")
     p.add_argument("--plots", help="write JCT CDF, utilisation and per-cluster Gantt PNGs to this folder")
     p.set_defaults(func=run_policies)
@@ -241,6 +247,7 @@ def run_policies(args: argparse.Namespace) -> int:
             limit=args.limit,
             overrides=parse_overrides(args.set),
             teams_path=args.teams,
+            forecast=not args.no_forecast,
         )
     except (ConfigError, ThroughputFormatError, TraceFormatError, ValueError, FileNotFoundError) as exc:
         print(f"cpn bench policies: {exc}", file=sys.stderr)

@@ -140,21 +140,25 @@ def run_policy(
     estimator: EstimateSource,
     cpu_threshold: float = DEFAULT_CPU_THRESHOLD,
     teams: Teams | None = None,
+    forecast: bool = True,
 ) -> PolicyRun:
     """Replay `jobs` under the policy `settings` name on fresh simulated clusters; returns its figures,
     with the median error of its predicted starts and its solver's rounds (cpn.bench.recorder), and with
-    `teams`, the policy ordering and limiting by them and the teams' figures (cpn.bench.teams)."""
+    `teams`, the policy ordering and limiting by them and the teams' figures (cpn.bench.teams).
+    `forecast` False replays without the forward look (as plain replays run): the engine's own cost, and
+    predicted starts only where the policy's own plan gives them."""
     recorder = RecordingPolicy(make_policy(settings))
     sim = build_simulation(clusters, ":memory:", recorder, table, cpu_threshold, estimator)
     sim.scheduler.teams = teams
-    forecaster = record_on(sim.scheduler, recorder)
+    forecaster = record_on(sim.scheduler, recorder, forecast=forecast)
     started = time.perf_counter()
     replay(sim.scheduler, sim.simulator, sim.clock, arrivals_from_jobs(jobs), migrator=sim.migrator)
     wall = time.perf_counter() - started
     lines = tuple(timelines(sim.store))
     summary = summarize(lines, busy_of(sim.simulator.executions), sim.total_gpus, sim.migrator.total_s)
     summary["sim_wall_s"] = wall
-    summary["forecast_s"], summary["forecast_looks"] = forecaster.spent_s, forecaster.looks
+    if forecaster is not None:
+        summary["forecast_s"], summary["forecast_looks"] = forecaster.spent_s, forecaster.looks
     summary.update(start_errors(recorder, lines).as_summary())
     summary.update(copies_per_job(lines))
     summary.update(solver_summary(recorder.solver_rounds))
@@ -235,6 +239,7 @@ def bench_policies(
     limit: int | None = None,
     overrides: dict[str, str] | None = None,
     teams_path: Path | str | None = None,
+    forecast: bool = True,
 ) -> BenchResult:
     """Replay one trace under each policy; figures, lower bound and peer figures in one result.
 
@@ -243,7 +248,7 @@ def bench_policies(
     `limit` keeps only the first jobs by arrival (a cut of a long trace); `overrides` are `--set`
     pairs, each given to the listed policies that have such a setting (`cpu_threshold` to the
     scheduler, replacing `cpu_threshold`); `teams_path` a teams file (config.teams) the policies order and
-    limit by, and whose figures each run reports.
+    limit by, and whose figures each run reports; `forecast` False replays without the forward look.
     """
     settings, cpu_threshold = policy_runs(policies, overrides or {})
     teams = teams_of(load_teams(teams_path)) if teams_path is not None else None
@@ -262,7 +267,7 @@ def bench_policies(
     progress(f"{len(jobs):,} jobs on {result.total_gpus} GPUs in {len(clusters.clusters)} clusters")
     for policy in settings:
         progress(f"replaying under {run_name(policy)} ...")
-        run = run_policy(policy, jobs, clusters, table, estimator_for(table), cpu_threshold, teams)
+        run = run_policy(policy, jobs, clusters, table, estimator_for(table), cpu_threshold, teams, forecast)
         progress(
             f"  {run.name}: {run.summary['succeeded']} succeeded, {run.summary['unfinished']} unfinished, "
             f"in {run.summary['sim_wall_s']:.1f} s"

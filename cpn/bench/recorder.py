@@ -109,14 +109,16 @@ class RecordingPolicy:
         return self._cards[key]
 
 
-def record_on(scheduler: Scheduler, recorder: RecordingPolicy, keep_plan: bool | None = None) -> Forecaster:
+def record_on(
+    scheduler: Scheduler, recorder: RecordingPolicy, keep_plan: bool | None = None, forecast: bool = True
+) -> Forecaster | None:
     """Have `scheduler`, which decides by `recorder`, look forward with the policy `recorder` wraps (as
     `looked_forward_with` says; its simulated rounds are no rounds of the run; `keep_plan` as `Forecaster`
-    takes it) and hand `recorder` each round's final decision; returns the forecaster (its `spent_s` is
-    what the forward look cost)."""
-    forecaster = scheduler.forecaster = Forecaster(looked_forward_with(recorder.policy), keep_plan)
+    takes it; none with `forecast` False) and hand `recorder` each round's final decision; returns the
+    forecaster (its `spent_s` is what the forward look cost), None without one."""
+    scheduler.forecaster = Forecaster(looked_forward_with(recorder.policy), keep_plan) if forecast else None
     scheduler.on_decision = recorder.observe
-    return forecaster
+    return scheduler.forecaster
 
 
 def _runtimes(estimates: Mapping[str, Estimate]) -> dict[str, float]:
