@@ -102,6 +102,7 @@ def test_cpn_run_retrains_after_n_completions_and_estimates_with_the_new_champio
     assert first.version == "1"
 
     args = argparse.Namespace(
+        config=str(config),
         throughputs=str(home / "throughputs.csv"),
         store=None,
         policy="greedy",

@@ -71,7 +71,8 @@ def test_a_failed_end_carries_the_bounded_tail_and_a_success_carries_none(server
         for name in ("bad", "good"):
             spec = JobSpec(job_id=f"team/{name}", model="resnet50", num_gpus=1, image="resnet:1", cpu=2)
             gw.submit(spec, Placement(spec.job_id, "east", "t-0", 1))
-        wait_for(lambda: len(gw.poll_events()) == 2 or None)  # both running
+        running: list = []  # both running: their events may come in one poll or in two
+        wait_for(lambda: running.extend(gw.poll_events()) or len(running) == 2 or None)
         server.finish("team", "bad", outcome="failed", log=LOG)
         (failed,) = wait_for(gw.poll_events)
         assert gw.log_tail("team/bad") == failed.log_tail
