@@ -332,6 +332,14 @@ class FakeApiServer:
                 self.remove(("", "pods"), ns, pod["metadata"]["name"])
 
 
+def _expired(message: str) -> dict:
+    """The watch event an API server sends when the resourceVersion asked for is gone (410 Expired)."""
+    return {
+        "type": "ERROR",
+        "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": message},
+    }
+
+
 def _matches(obj: dict, labels: str | None, fields: str | None) -> bool:
     have = obj.get("metadata", {}).get("labels") or {}
     for part in filter(None, (labels or "").split(",")):
@@ -463,17 +471,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
             try:
                 if since < server.compacted:
-                    chunk(
-                        {
-                            "type": "ERROR",
-                            "object": {
-                                "kind": "Status",
-                                "code": 410,
-                                "reason": "Expired",
-                                "message": f"too old resource version: {since}",
-                            },
-                        }
-                    )
+                    chunk(_expired(f"too old resource version: {since}"))
                     return
                 while True:
                     with server.cond:
@@ -488,17 +486,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     for rv, eres, kind, obj in batch:
                         since = rv
                         if kind == "EXPIRE":
-                            chunk(
-                                {
-                                    "type": "ERROR",
-                                    "object": {
-                                        "kind": "Status",
-                                        "code": 410,
-                                        "reason": "Expired",
-                                        "message": "too old resource version",
-                                    },
-                                }
-                            )
+                            chunk(_expired("too old resource version"))
                             return
                         if eres != res or (ns is not None and obj["metadata"].get("namespace") != ns):
                             continue
