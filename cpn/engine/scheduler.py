@@ -52,7 +52,7 @@ from cpn.inventory import Node, NodeState
 from cpn.jobs import Cause, IllegalTransition, JobSpec, JobState
 from cpn.policies.base import Policy, looked_forward_with
 from cpn.rules import EXCLUSIVE_REASON, gang_cpu, is_sharing
-from cpn.store import JobStore, UnknownJob
+from cpn.store import JobStore, LeaseLost, UnknownJob
 from cpn.transfer import TransferTimes
 
 log = logging.getLogger(__name__)
@@ -295,6 +295,9 @@ class Scheduler:
         self._copying: dict[str, tuple[JobSpec, Placement]] = {}
         """job_id -> the spec and placement of each job whose copy is under way (bounded by the copies):
         the cards it is to run on, held in the snapshot until the copy ends and the job is submitted."""
+        self._unsettled = False
+        """Whether a round failed part-way: it may have left jobs `assigned` (or `migrating`) that it never
+        submitted; the next round settles them first (`collect`), as a restart would (`reconcile`)."""
         self._waiting_written: dict[str, Waiting] = {}
         """job_id -> the waiting reason last written to the store, so unchanged ones are not rewritten;
         forgotten when the job leaves the queue (which clears the stored reason), so it gets one again
@@ -407,6 +410,9 @@ class Scheduler:
         """Stage 1: apply the clusters' events and finished migrations; returns the events."""
         if self.lease is not None:
             self.lease.renew()
+        if self._unsettled:  # before anything else: what the failed round left between two transitions
+            self.reconcile(self.gateway.held_jobs(), frozenset(self._copying))
+            self._unsettled = False
         if self.cluster_book is not None and self.cluster_book():
             self._transfer_from.clear()
             self._update_transfers(self.queue.pending())
@@ -451,7 +457,7 @@ class Scheduler:
                 self._copying.setdefault(record.job_id, (record.spec, gang))
 
     def reconcile(self, held: frozenset[str], migrating: frozenset[str] = frozenset()) -> Reconciled:
-        """Settle, at start-up, jobs a stop left between two transitions.
+        """Settle, at start-up and after a failed round, jobs a stop left between two transitions.
 
         `held`: the ids of jobs the clusters hold for cpn (submitted, running or finished but not yet
         reported); `migrating`: copies the migrator is still making. An assigned job the clusters hold
@@ -813,5 +819,12 @@ class Scheduler:
 
     def round(self) -> RoundResult:
         """Every stage once (`run_stages`): collect, cancel, snapshot, decide, assign, migrate, submit,
-        record."""
-        return run_stages(self)
+        record. A round that raises, but for LeaseLost (this process schedules no more), leaves the next
+        one to settle the jobs it assigned and did not submit (`_unsettled`)."""
+        try:
+            return run_stages(self)
+        except LeaseLost:
+            raise
+        except BaseException:
+            self._unsettled = True
+            raise

@@ -417,11 +417,18 @@ class SimulatedGateway:
             self._finish(self._runs.pop(job_id), end)
         self.clock.advance_to(until)
 
-    def _finish(self, run: _Run, end: float, deleted: bool = False) -> None:
-        kind = "succeeded" if run.outcome.succeeded else "failed"
-        reason = run.outcome.reason
-        if deleted:
-            kind, reason = ("succeeded" if run.job.is_service else "failed"), DELETED_REASON
+    def withdraw(self, job_id: str) -> None:
+        """Take back the submission of `job_id` just made (no time has passed since), leaving no trace: no
+        event, no execution; for a submission that could not be journaled (cpn.sim.journal)."""
+        run = self._runs.pop(job_id)
+        self._events = [e for e in self._events if not (e.job_id == job_id and e.kind == "running")]
+        self._release(run)
+        node = run.held[0][0]
+        if run.card is not None and run.card in self._use[(node.cluster, node.name)].shared:
+            self._reschedule(node, run.card, self.clock.now())
+
+    def _release(self, run: _Run) -> None:
+        """Free the cards `run` holds."""
         job_id = run.job.job_id
         for node, gpus in run.held:
             key = (node.cluster, node.name)
@@ -435,10 +442,18 @@ class SimulatedGateway:
                     del use.shared[run.card]
                     use.free = sorted([*use.free, run.card])
             self._states[key] = self._state(key)
-            if not self.keep_executions:
-                continue
-            self.executions.append(
+
+    def _finish(self, run: _Run, end: float, deleted: bool = False) -> None:
+        kind = "succeeded" if run.outcome.succeeded else "failed"
+        reason = run.outcome.reason
+        if deleted:
+            kind, reason = ("succeeded" if run.job.is_service else "failed"), DELETED_REASON
+        job_id = run.job.job_id
+        self._release(run)
+        if self.keep_executions:
+            self.executions.extend(
                 Execution(job_id, node.cluster, node.name, gpus, run.start, end, kind, reason, run.share)
+                for node, gpus in run.held
             )
         self._events.append(JobEvent(job_id, kind, end, reason, self._measured_gb(run)))
         last = f"[{end:.1f}s] {kind}" + (f": {reason}" if reason else "")

@@ -133,9 +133,15 @@ class JournaledGateway:
         return self.sim.inventory()
 
     def submit(self, job: JobSpec, placement: Placement) -> None:
-        """Submit to the simulator; journal it once accepted."""
+        """Submit to the simulator; journal it once accepted. A submission that cannot be journaled (the
+        store unreachable, a stale term) is taken back and the error raised: the simulator runs only what
+        a restart or a successor replays."""
         self.sim.submit(job, placement)
-        self.journal.record(self.sim.clock.now(), job, placement)
+        try:
+            self.journal.record(self.sim.clock.now(), job, placement)
+        except BaseException:
+            self.sim.withdraw(job.job_id)
+            raise
 
     def delete(self, job_id: str, grace_s: float | None = None) -> None:
         """Delete in the simulator; journal it once done."""

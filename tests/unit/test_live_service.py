@@ -172,6 +172,38 @@ def test_a_crash_at_any_transition_of_a_round_loses_and_doubles_nothing(tmp_path
         check_nothing_lost_or_doubled(finish(store_path, wall), store_path)
 
 
+def test_a_round_whose_journal_write_fails_is_settled_by_the_next_and_loses_nothing(tmp_path):
+    """The store fails once, at the k-th submission's journal entry, and the service goes on (no restart):
+    the job the failed round assigned is neither left `assigned` nor run unjournaled."""
+    for k in range(1, len(JOBS) + 1):
+        wall, store_path = Wall(), tmp_path / f"fail-{k}.db"
+        service = open_service(store_path, wall)
+        service.start()
+        service.store.submit(JOBS)
+        journal = service.journal.journal
+        real, calls = journal.record, [0]
+
+        def failing(*args, _real=real, _calls=calls, _k=k):
+            _calls[0] += 1
+            if _calls[0] == _k:
+                raise OSError("the journal's disk is gone for a moment")
+            return _real(*args)
+
+        journal.record = failing
+        loop = LiveLoop(service.scheduler, 1.0, simulation=service.driver)
+        for _ in range(400):
+            if all_done(service.store):
+                break
+            wall.t += 5.0
+            try:
+                loop.run_once()
+            except OSError:
+                pass
+        assert calls[0] > k, "the failure happened mid-run"
+        check_nothing_lost_or_doubled(service.store, store_path)
+        service.close()
+
+
 def test_the_loop_wakes_on_arrival_and_stops_after_its_round(tmp_path):
     service = build_service(CLUSTERS, tmp_path / "jobs.db", "fifo", TABLE, time_scale=1.0)
     service.start()

@@ -207,8 +207,14 @@ class KubernetesGateway:
         with self._lock:
             # A later generation is created even if the view still holds the stopped run's objects (their
             # DELETED events may lag); a second try of it meets 409 on its own name.
-            if job.job_id in self._claims or (job.generation == 0 and job.job_id in self._by_job):
+            if job.job_id in self._claims:
                 return
+            in_view = job.generation == 0 and job.job_id in self._by_job
+        # The view may still hold the pods of a submission rolled back a moment ago: the API says whether
+        # the job's workload is really there (a call only on this path).
+        if in_view and self._workloads_of(job.job_id):
+            return
+        with self._lock:
             claims = [c for c, _ in self._claims.values()]
             states = {
                 (self.cluster, name): state
@@ -236,9 +242,10 @@ class KubernetesGateway:
                 self._create(obj, job.job_id)
                 created.append(obj)
         except (ApiError, SubmitRejected) as exc:
+            self._delete(created)
             with self._lock:
                 self._claims.pop(job.job_id, None)
-            self._delete(created)
+                self._forget(job.job_id)
             if isinstance(exc, ApiError):
                 raise ApiRefusal(self.cluster, exc) from None
             raise SubmitRejected(f"cluster {self.cluster}: {exc}") from None
@@ -283,13 +290,7 @@ class KubernetesGateway:
         doc), and report its end at once; a job with no workload here is left alone. ApiError when the
         API server refuses or stays unavailable."""
         namespace, _ = object_name(job_id)
-        selector = f"{self.labels.job}={job_key(job_id)}"
-        found = [  # workloads first (KINDS' order): those of every generation of the job
-            (key, obj["metadata"]["name"])
-            for key, kind in KINDS.items()
-            for obj in kind.list(self.api, namespace, selector)()["items"]
-            if _job_id_of(obj, self.labels) == job_id
-        ]
+        found = self._objects_of(job_id)
         if not found or found[0][0] not in SUPPORTED_KINDS:
             return
         service = SUPPORTED_KINDS[found[0][0]] == "inference"
@@ -301,14 +302,37 @@ class KubernetesGateway:
                     raise
         with self._lock:
             self._claims.pop(job_id, None)
-            # Its objects leave the view now (their cards count free; the watch's DELETED events follow).
-            for coll, keys in list(self._by_job.get(job_id, {}).items()):
-                for key in list(keys):
-                    self._put(coll, self._cache[coll][key], deleted=True)
+            self._forget(job_id)
             self._ended.discard(job_id)
             if _ORDER[self._seen.pop(job_id, "submitted")] < _ORDER["succeeded"]:
                 phase = "succeeded" if service else "failed"
                 self._events.append(JobEvent(job_id, phase, self.clock.now(), DELETED_REASON))
+
+    def _objects_of(self, job_id: str) -> list[tuple[tuple[str, str], str]]:
+        """(kind key, name) of the job's objects on the cluster, of every name generation, workloads first
+        (KINDS' order), found by cpn's job label; ApiError when the API server refuses."""
+        namespace, _ = object_name(job_id)
+        selector = f"{self.labels.job}={job_key(job_id)}"
+        return [
+            (key, obj["metadata"]["name"])
+            for key, kind in KINDS.items()
+            for obj in kind.list(self.api, namespace, selector)()["items"]
+            if _job_id_of(obj, self.labels) == job_id
+        ]
+
+    def _workloads_of(self, job_id: str) -> bool:
+        """Whether the cluster holds a workload of the job (ApiRefusal when the API server refuses)."""
+        try:
+            return any(key in SUPPORTED_KINDS for key, _ in self._objects_of(job_id))
+        except ApiError as exc:
+            raise ApiRefusal(self.cluster, exc) from None
+
+    def _forget(self, job_id: str) -> None:
+        """Take the job's objects out of the view now, under the lock (their cards count free; the
+        watch's DELETED events follow)."""
+        for coll, keys in list(self._by_job.get(job_id, {}).items()):
+            for key in list(keys):
+                self._put(coll, self._cache[coll][key], deleted=True)
 
     # -- events ----------------------------------------------------------------------------------------
 
