@@ -511,9 +511,12 @@ class KubernetesGateway:
                 elif status.phase == "running":
                     self._events.append(JobEvent(job_id, "running", now))
             if status.phase in ("succeeded", "failed"):
-                self._finish(job_id, status, now)
+                self._finish(job_id, status, now, unstarted=seen == "submitted" and status.start is None)
 
-    def _finish(self, job_id: str, status: JobStatus, now: float) -> None:
+    def _finish(self, job_id: str, status: JobStatus, now: float, unstarted: bool = False) -> None:
+        """Report the job's end, with its reason, log tail and measured memory; `unstarted`: no status said
+        it ran before it ended (it started and ended between two watch events), so its `running` is reported
+        first, at its start as the pods read now say, else at its end."""
         # The pods' own watch may lag the workload's: read them fresh for the reason and the log.
         try:
             pods = self.api.call(
@@ -549,6 +552,9 @@ class KubernetesGateway:
                 while len(self._logs) > LOG_TAILS_KEPT:
                     self._logs.popitem(last=False)
             log_tail = text if status.phase == "failed" else ""
+            if unstarted:
+                started = end if status.start is None else status.start
+                self._events.append(JobEvent(job_id, "running", started))
             self._events.append(
                 JobEvent(job_id, status.phase, end, reason, mem, log_tail)  # type: ignore[arg-type]
             )
