@@ -295,6 +295,8 @@ class Scheduler:
         self._copying: dict[str, tuple[JobSpec, Placement]] = {}
         """job_id -> the spec and placement of each job whose copy is under way (bounded by the copies):
         the cards it is to run on, held in the snapshot until the copy ends and the job is submitted."""
+        self._copies_done: list[MigrationDone] = []
+        """Finished copies reported by the migrator and not applied yet (kept across a failed round)."""
         self._unsettled = False
         """Whether a round failed part-way: it may have left jobs `assigned` (or `migrating`) that it never
         submitted; the next round settles them first (`collect`), as a restart would (`reconcile`)."""
@@ -377,14 +379,15 @@ class Scheduler:
         copy queues the job again where it was, with the reason (the policy may pick another cluster or
         retry), until the `MAX_MIGRATION_FAILURES`th failure fails the job."""
         for m in done:
-            copying = self._copying.pop(m.job_id, None)
+            copying = self._copying.get(m.job_id)
             self._running.pop(m.job_id, None)  # its held cards' predicted end: worked out again once it runs
             if m.ok and copying is not None:
                 spec, placement = copying
                 if self._state(m.job_id) == JobState.MIGRATING and placement.cluster == m.cluster:
                     spec = replace(spec, image=m.image) if m.image else spec
                     self._submit_one(spec, placement, copied=m)
-            elif m.ok:  # a copy this scheduler did not start (it restarted): the job chooses again
+            elif m.ok and self._state(m.job_id) == JobState.MIGRATING:
+                # a copy this scheduler did not start (it restarted): the job chooses again
                 self._move(
                     m.job_id,
                     JobState.QUEUED,
@@ -398,6 +401,7 @@ class Scheduler:
                 failures = self._retries(m.job_id, Cause.MIGRATION_FAILED)
                 state = JobState.FAILED if failures + 1 >= MAX_MIGRATION_FAILURES else JobState.QUEUED
                 self._move(m.job_id, state, reason=reason, at=m.time, cause=Cause.MIGRATION_FAILED)
+            self._copying.pop(m.job_id, None)  # settled: a round that failed before this line sees it again
 
     def _state(self, job_id: str) -> JobState | None:
         """The job's state in the store; None for a job it does not know."""
@@ -419,7 +423,12 @@ class Scheduler:
         events = self.gateway.poll_events()
         self.apply_events(events)
         if self.migrator is not None:
-            self.apply_migrations(self.migrator.poll())
+            # Copies the migrator reported stay here until applied: a round that fails half-way (the
+            # store unreachable) applies the rest next round instead of losing them.
+            self._copies_done.extend(self.migrator.poll())
+            while self._copies_done:
+                self.apply_migrations(self._copies_done[:1])
+                del self._copies_done[0]
         return events
 
     def cancel(self) -> int:
