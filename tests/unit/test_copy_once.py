@@ -146,3 +146,26 @@ def test_a_restart_records_a_copied_job_the_cluster_holds_as_submitted():
     reconciled = scheduler.reconcile(held=frozenset({"x"}))
     assert (reconciled.submitted, reconciled.requeued) == (("x",), ("z",))
     assert store.get("x").state == JobState.SUBMITTED and store.get("z").state == JobState.QUEUED
+
+
+def test_copies_reported_in_a_round_that_fails_half_way_are_applied_the_next_round(monkeypatch):
+    """x and y are copied to b and c; both copies end before one round, whose first submission fails (the
+    store went away): the next round submits both to their held cards, none stays migrating."""
+    _, store, gateway, migrator, scheduler = service(NODES, PlaceOn("a"))
+    store.submit([job("x", "b"), job("y", "c")])
+    scheduler.round()
+    assert copies(store, "x") == ["a"] and copies(store, "y") == ["a"]
+    scheduler.clock.advance_to(migrator.next_event_time() + 100.0)
+    migrator.advance(scheduler.clock.now())
+    real_submit = gateway.submit
+
+    def down_once(job_spec, placement):
+        monkeypatch.setattr(gateway, "submit", real_submit)
+        raise RuntimeError("the store is unreachable")
+
+    monkeypatch.setattr(gateway, "submit", down_once)
+    with pytest.raises(RuntimeError):
+        scheduler.round()
+    scheduler.round()
+    states = {j: store.get(j).state for j in ("x", "y")}
+    assert JobState.MIGRATING not in states.values(), states
