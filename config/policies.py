@@ -23,6 +23,21 @@ class _PolicyBase(BaseModel):
         "them again with the progress of their last checkpoint. Off: a team waits for borrowed cards to "
         "free.",
     )
+    rebalance: bool = Field(
+        False,
+        description="Re-balance for makespan (cpn.policies.rebalance, docs/teams.md): a queued job that "
+        "would otherwise end past the makespan's bound starts first, on a GPU type fast enough (stopping "
+        "jobs that checkpoint and can afford it, with `preemption=true`), and a running job that checkpoints "
+        "moves to a faster free card when, restarted there from its last checkpoint, it ends sooner by more "
+        "than a checkpoint interval.",
+    )
+    makespan_slack: float = Field(
+        0.02,
+        ge=0,
+        description="With `rebalance`: how far past the makespan's bound a job may be planned to end, as a "
+        "fraction of the bound (0.02: 2%). Smaller holds the bound tighter and costs the other jobs' "
+        "completion times more.",
+    )
 
 
 class FifoSettings(_PolicyBase):

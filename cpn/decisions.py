@@ -7,6 +7,7 @@ A policy sees one frozen `Snapshot` (pending jobs, node states, estimates, now) 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -38,6 +39,12 @@ def _frozen_empty() -> Mapping:
     return MappingProxyType({})
 
 
+RESTART_S = 60.0
+"""Seconds a run resumed from a checkpoint is taken to spend restoring it before it trains again (pulling
+the image, loading data and the checkpoint): what a preempted or moved job's next run costs beyond its
+work left. The simulated clusters charge their load time (cpn.sim.truth.LOAD_S, also 60 s)."""
+
+
 @dataclass(frozen=True)
 class RunningJob:
     """A running job as a plan over time sees it: when it should end and the whole cards it holds."""
@@ -55,6 +62,34 @@ class RunningJob:
     """How often it checkpoints (its own, or its team's default); None = never: all its work is lost."""
     preemptible: bool = True
     """False for a job marked not preemptible (JobSpec.preemptible): no preemption ever stops it."""
+    gpu_type: str | None = None
+    """The GPU type it runs on; None = not known (not cpn's job, or a node gone from the inventory)."""
+    left: float = 1.0
+    """Fraction of the job's work its current run had left when it began training: 1 for a first run,
+    less for a run resumed from a checkpoint (what its earlier runs kept)."""
+    restart_s: float = 0.0
+    """Seconds its current run spent restoring a checkpoint before it trained (0 for a first run)."""
+    estimates: Mapping[str, Estimate] = field(default_factory=_frozen_empty)
+    """GPU type -> estimate of the whole job there (not what is left); filled only for a policy that
+    moves running jobs (`rebalances`), else empty."""
+    spec: JobSpec | None = None
+    """The job as submitted, for a policy that moves running jobs; else None."""
+    transfer_s: Mapping[str, float] = field(default_factory=_frozen_empty)
+    """cluster -> seconds to move its image and data there from where it runs (for a policy that moves
+    running jobs; empty: no transfer counted)."""
+
+    def left_at_checkpoint(self, now: float, gpu_type: str) -> float | None:
+        """Fraction of the job's work left at its last checkpoint by `now`, running on `gpu_type`: what a
+        run resumed elsewhere would still have to do; None when that is not known (no start, no
+        checkpoints, or no estimate for `gpu_type`)."""
+        estimate = self.estimates.get(gpu_type)
+        if self.started is None or not self.checkpoint_interval_s or estimate is None:
+            return None
+        if not 0 < estimate.runtime_s < math.inf:
+            return None
+        trained = max(0.0, now - self.started - self.restart_s)
+        kept = math.floor(trained / self.checkpoint_interval_s) * self.checkpoint_interval_s
+        return max(0.0, self.left - kept / estimate.runtime_s)
 
 
 @dataclass(frozen=True)
@@ -73,6 +108,8 @@ class Snapshot:
     """job_id -> cluster -> seconds to move the job's image and data there."""
     cpu_threshold: float = DEFAULT_CPU_THRESHOLD
     """Nodes whose CPU load is above this take no more jobs."""
+    restart_s: float = RESTART_S
+    """Seconds a run resumed from a checkpoint spends restoring it before it trains (RESTART_S)."""
     explain: bool = True
     """Whether the policy should say why each job it leaves queued waits (Decision.waiting). Explaining
     costs time in proportion to the queue; a replay asks only now and then (the scheduler throttles it).

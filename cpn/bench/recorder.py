@@ -20,7 +20,7 @@ from cpn.decisions import Decision, Estimate, Snapshot, SolverRound
 from cpn.engine.forecast import Forecaster
 from cpn.engine.scheduler import Scheduler
 from cpn.jobs import JobSpec
-from cpn.policies.base import Policy, looked_forward_with
+from cpn.policies.base import Policy, looked_forward_with, rebalances
 from cpn.rules import POOLS_FOR_KIND
 
 
@@ -46,6 +46,11 @@ class RecordingPolicy:
     def name(self) -> str:
         """The wrapped policy's name."""
         return self.policy.name
+
+    @property
+    def rebalances(self) -> bool:
+        """Whether the wrapped policy moves running jobs (cpn.policies.base.rebalances)."""
+        return rebalances(self.policy)
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """The wrapped policy's decision, unchanged."""

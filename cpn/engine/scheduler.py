@@ -35,23 +35,35 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import ChainMap, Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Protocol, TypeVar
 
 from config.settings import DEFAULT_CPU_THRESHOLD
-from cpn.adapters.gateway import OOM_REASON, ClusterGateway, JobEvent, SubmitRejected
+from cpn.adapters.gateway import DELETED_REASON, OOM_REASON, ClusterGateway, JobEvent, SubmitRejected
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
-from cpn.decisions import Decision, Estimate, Placement, RunningJob, Snapshot, SolverRound, Teams, Waiting
+from cpn.decisions import (
+    RESTART_S,
+    Decision,
+    Estimate,
+    Placement,
+    RunningJob,
+    Snapshot,
+    SolverRound,
+    Teams,
+    Waiting,
+)
 from cpn.engine.forecast import Forecaster
 from cpn.engine.lease import SchedulerLease
 from cpn.engine.queue_view import QueueView
 from cpn.inventory import Node, NodeState
 from cpn.jobs import Cause, IllegalTransition, JobSpec, JobState
-from cpn.policies.base import Policy, looked_forward_with
-from cpn.rules import EXCLUSIVE_REASON, gang_cpu, is_sharing
+from cpn.policies.base import Policy, looked_forward_with, rebalances
+from cpn.policies.placement import hold_cards
+from cpn.rules import EXCLUSIVE_REASON, is_sharing
 from cpn.store import JobStore, LeaseLost, UnknownJob
 from cpn.transfer import TransferTimes
 
@@ -282,6 +294,15 @@ class Scheduler:
         self._explained_at = -math.inf
         self._running: dict[str, RunningJob] = {}
         """job_id -> predicted end and cards of each running job (bounded by the jobs running)."""
+        self.restart_s = RESTART_S
+        """Seconds a resumed run restores its checkpoint before training (RESTART_S)."""
+        self._left: dict[str, float] = {}
+        """job_id -> fraction of its work left at the checkpoint it was preempted at, for each job this
+        scheduler preempted, until it ends: its estimates while queued, and its run's end, count only that
+        (bounded by the jobs preempted and not ended)."""
+        self._deleted: Counter[str] = Counter()
+        """job_id -> runs of it this scheduler deleted whose end the cluster has still to report: that
+        report is not the end of the job, which may already run again (bounded by the preemptions)."""
         self._card_gb: dict[tuple[str, str], float] = {}
         """(cluster, node) -> GB per card, from the latest inventory (bounded by the node count)."""
         self.queue = QueueView(store)
@@ -325,6 +346,11 @@ class Scheduler:
         """Move jobs along as the clusters report them (running, succeeded, failed); an OOM kill
         re-plans the job (see `_replan_oom`)."""
         for event in events:
+            if event.reason == DELETED_REASON and self._deleted[event.job_id] > 0:
+                self._deleted[event.job_id] -= 1  # the run it stopped, not the job: queued or running again
+                if not self._deleted[event.job_id]:
+                    del self._deleted[event.job_id]
+                continue
             if _oom_killed(event) and self._replan_oom(event):
                 continue
             self._move(
@@ -514,7 +540,9 @@ class Scheduler:
     def _spec(self, job_id: str) -> JobSpec:
         """The spec to place and submit: whole cards for a job to explore, else as submitted; with its
         team's checkpoint interval when it gives none (Teams.checkpoint_interval)."""
-        spec = self._exclusive.get(job_id) or self.queue.spec(job_id)
+        spec = self._exclusive.get(job_id)
+        if spec is None:
+            spec = self.queue.spec(job_id) if self.queue.holds(job_id) else self.store.get(job_id).spec
         if self.teams is not None and spec.checkpoint_interval_s is None:
             interval = self.teams.checkpoint_interval(spec)
             if interval is not None:
@@ -526,10 +554,14 @@ class Scheduler:
         source cluster (a copy leaves them there too); none for a job with no location. Copies before
         the latest are not counted: a copy is followed by the job's submission where it went, so a job
         is copied again only after a refusal or a failed run there."""
-        location = self.queue.location(job_id)
+        if self.queue.holds(job_id):
+            location, source = self.queue.location(job_id), self.queue.spec(job_id).source_cluster
+        else:  # moved while running (cpn.policies.rebalance): its payload is where it ran
+            record = self.store.get(job_id)
+            location, source = record.location or record.cluster, record.spec.source_cluster
         if location is None:
             return frozenset()
-        return frozenset(c for c in (location, self.queue.spec(job_id).source_cluster) if c)
+        return frozenset(c for c in (location, source) if c)
 
     def _update_transfers(self, entering: tuple[JobSpec, ...]) -> None:
         if self.transfers is None:
@@ -571,9 +603,10 @@ class Scheduler:
             now=self.clock.now(),
             pending=pending,
             nodes=nodes,
-            estimates=MappingProxyType(self._estimates),
+            estimates=self._queued_estimates(),
             transfer_s=MappingProxyType(self._transfer_rows),
             cpu_threshold=self.cpu_threshold,
+            restart_s=self.restart_s,
             shapes=self.queue.shapes(),
             lines=self.queue.lines(),
             explain=self._explain_now(),
@@ -584,29 +617,24 @@ class Scheduler:
             else tuple(self._spec(j) for j in self._unvetted if self.queue.holds(j)),
         )
 
+    def _queued_estimates(self) -> Mapping[str, Mapping[str, Estimate]]:
+        """The cached estimates, a preempted job's counting only the work its checkpoint left (`_left`) and
+        the restart: what its next run takes."""
+        resumed = {
+            job_id: {
+                gpu: replace(e, runtime_s=self.restart_s + left * e.runtime_s)
+                for gpu, e in self._estimates[job_id].items()
+            }
+            for job_id, left in self._left.items()
+            if job_id in self._estimates and self.queue.holds(job_id)
+        }
+        return MappingProxyType(ChainMap(resumed, self._estimates) if resumed else self._estimates)
+
     def _hold_copying(self, nodes: tuple[NodeState, ...]) -> tuple[NodeState, ...]:
         """`nodes` with the cards and CPU of the jobs being copied to them taken, as if those jobs ran
         there: no other job takes them meanwhile, and the job is submitted to them when its copy ends.
         A sharing job's card is not held (the cluster picks which card it shares when it is submitted)."""
-        held: dict[tuple[str, str], list[tuple[JobSpec, int]]] = {}
-        for spec, placement in self._copying.values():
-            if not is_sharing(spec):
-                for node, cards in placement.nodes:
-                    held.setdefault((placement.cluster, node), []).append((spec, cards))
-        if not held:
-            return nodes
-        out = []
-        for state in nodes:
-            jobs = held.get((state.node.cluster, state.node.name), ())
-            if jobs:
-                state = replace(
-                    state,
-                    free_gpus=max(0, state.free_gpus - sum(cards for _, cards in jobs)),
-                    cpu_used=state.cpu_used + sum(gang_cpu(spec, cards) for spec, cards in jobs),
-                    running=(*state.running, *(spec.job_id for spec, _ in jobs)),
-                )
-            out.append(state)
-        return tuple(out)
+        return hold_cards(nodes, [(spec, p) for spec, p in self._copying.values() if not is_sharing(spec)])
 
     def _running_jobs(self, nodes: tuple[NodeState, ...]) -> Mapping[str, RunningJob]:
         """Predicted end and whole cards of each job running on `nodes`, worked out once per job from
@@ -615,6 +643,8 @@ class Scheduler:
         running = {job_id for state in nodes for job_id in state.running}
         for job_id in [j for j in self._running if j not in running]:
             del self._running[job_id]
+            if not self.queue.holds(job_id):
+                self._left.pop(job_id, None)
         new = running.difference(self._running)
         if new:
             gpu_of = {(s.node.cluster, s.node.name): s.node.gpu_type for s in nodes}
@@ -639,14 +669,49 @@ class Scheduler:
             "checkpoint_interval_s": checkpoints,
             "preemptible": spec.preemptible,
         }
-        if spec.is_service:  # runs until deleted: its cards do not come back
-            return RunningJob(math.inf, cards, **known)
         gpu = gpu_of.get((record.cluster or "", record.node or ""))
-        estimate = self._estimates.get(job_id, {}).get(gpu)  # what the policy placed it by, while cached
-        if estimate is None and gpu and self.estimator is not None:  # pruned since, or started before restart
-            estimate = self.estimator.estimates((spec,), (gpu,)).get(job_id, {}).get(gpu)
-        end = started + estimate.runtime_s if estimate is not None else math.inf
-        return RunningJob(end, cards, **known)
+        if spec.is_service:  # runs until deleted: its cards do not come back
+            return RunningJob(math.inf, cards, gpu_type=gpu, **known)
+        left = self._left.get(job_id, 1.0)
+        restart = self.restart_s if left < 1.0 else 0.0
+        estimates = self._whole_estimates(spec, gpu, tuple(sorted(set(gpu_of.values()))))
+        estimate = estimates.get(gpu) if gpu else None
+        end = started + restart + left * estimate.runtime_s if estimate is not None else math.inf
+        if not self.rebalances:
+            return RunningJob(end, cards, left=left, restart_s=restart, gpu_type=gpu, **known)
+        transfer = {}
+        if self.transfers is not None and record.cluster:
+            transfer = self.transfers.row(spec, record.location or record.cluster)
+        return RunningJob(
+            end,
+            cards,
+            left=left,
+            restart_s=restart,
+            estimates=estimates,
+            gpu_type=gpu,
+            spec=spec,
+            transfer_s=transfer,
+            **known,
+        )
+
+    def _whole_estimates(
+        self, spec: JobSpec, gpu: str | None, gpu_types: tuple[str, ...]
+    ) -> Mapping[str, Estimate]:
+        """GPU type -> estimate of the whole job: those the policy placed it by while cached, else asked
+        again (pruned since, or started before a restart) for its own type, or for every type when the policy
+        moves running jobs."""
+        cached = self._estimates.get(spec.job_id)
+        if cached is not None and (gpu is None or gpu in cached):
+            return cached
+        if self.estimator is None or gpu is None:
+            return cached or {}
+        asked = gpu_types if self.rebalances else (gpu,)
+        return self.estimator.estimates((spec,), asked).get(spec.job_id, {})
+
+    @property
+    def rebalances(self) -> bool:
+        """Whether the policy moves running jobs (cpn.policies.base.rebalances)."""
+        return rebalances(self.policy)
 
     def _explain_now(self) -> bool:
         wall = self.clock.monotonic()
@@ -673,7 +738,7 @@ class Scheduler:
     def decide(self, snapshot: Snapshot) -> Decision:
         """Stage 3: the policy's decision, with a waiting reason for every queued job it does not start (in
         rounds that explain) and, with a `forecaster`, a predicted start for each (cpn.engine.forecast)."""
-        if not snapshot.pending:
+        if not snapshot.pending and not (snapshot.running and self.rebalances):
             return Decision()
         decision = self.policy.decide(snapshot)
         if snapshot.explain:
@@ -737,6 +802,8 @@ class Scheduler:
             except Exception:  # one cluster's failure must not hold up the round
                 log.exception("could not preempt %s; it keeps running", p.job_id)
                 continue
+            self._deleted[p.job_id] += 1
+            self._keep_checkpoint(p.job_id)
             cards = ", ".join(f"{key} x{n}" for key, n in p.cards)
             stopped += self._move(
                 p.job_id,
@@ -747,6 +814,19 @@ class Scheduler:
             )
             self._running.pop(p.job_id, None)
         return stopped
+
+    def _keep_checkpoint(self, job_id: str) -> None:
+        """Remember the fraction of a stopped job's work left at its last checkpoint (`_left`), which its
+        next run starts from; unchanged when unknown (no checkpoints: its next run starts over)."""
+        running = self._running.get(job_id)
+        if running is None or running.gpu_type is None or not running.checkpoint_interval_s:
+            return
+        if running.gpu_type not in running.estimates:
+            whole = self._whole_estimates(self._spec(job_id), running.gpu_type, (running.gpu_type,))
+            running = replace(running, estimates=whole)
+        left = running.left_at_checkpoint(self.clock.now(), running.gpu_type)
+        if left is not None:
+            self._left[job_id] = left
 
     def migrate(self, placements: list[Placement]) -> int:
         """Stage 5a: start copying each job's image and data to its chosen cluster, from the cluster

@@ -23,6 +23,7 @@ from cpn.policies.base import Policy
 from cpn.policies.fifo import FifoPolicy
 from cpn.policies.greedy import GreedyPolicy
 from cpn.policies.preemption import PreemptingPolicy
+from cpn.policies.rebalance import RebalancingPolicy
 from cpn.policies.sjf import SjfPolicy
 
 POLICIES: tuple[str, ...] = POLICY_NAMES
@@ -38,7 +39,9 @@ def make_policy(settings: PolicySettings | str, **overrides: Any) -> Policy:
     elif overrides:
         settings = policy_settings(settings.name, **{**settings.model_dump(exclude={"name"}), **overrides})
     policy = _policy(settings)
-    return PreemptingPolicy(policy) if settings.preemption else policy
+    if settings.preemption:
+        policy = PreemptingPolicy(policy)
+    return RebalancingPolicy(policy, settings) if settings.rebalance else policy
 
 
 def _policy(settings: PolicySettings) -> Policy:

@@ -35,3 +35,9 @@ def looked_forward_with(policy: Policy) -> Policy:
     """The policy a forward look (cpn.engine.forecast) replays for `policy`: the one `policy` names as its
     `looks_with` (a preempting policy's inner one, cpn.policies.preemption), else `policy` itself."""
     return getattr(policy, "looks_with", policy)
+
+
+def rebalances(policy: Policy) -> bool:
+    """Whether `policy` moves running jobs (`rebalances`, cpn.policies.rebalance): the scheduler then asks it
+    to decide while nothing is queued, and gives each running job's estimates (RunningJob.estimates)."""
+    return bool(getattr(policy, "rebalances", False))

@@ -23,12 +23,13 @@ beyond it, a placement keeps to:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from cpn.admission import Room
 from cpn.decisions import Estimate, Placement, QueueLines, Rejection, Snapshot
-from cpn.inventory import Node
+from cpn.inventory import Node, NodeState
 from cpn.jobs import JobKind, JobSpec
 from cpn.rules import (
     POOLS_FOR_KIND,
@@ -303,10 +304,13 @@ class Capacity:
         first, then inventory order."""
         return list(self._groups if kind is None else self._by_kind[kind])
 
-    def fit(self, job: JobSpec, gpu_types: Collection[str] | None = None) -> Fit:
+    def fit(
+        self, job: JobSpec, gpu_types: Collection[str] | None = None, rank: Callable[[Room], Any] | None = None
+    ) -> Fit:
         """Every group where `job` can start now; if none, whether it never can.
 
-        `gpu_types` limits the GPU types considered (None = all). Free cards are counted before
+        `gpu_types` limits the GPU types considered (None = all). `rank` orders the nodes a job that fits on
+        one node may take in a group, the least first (default: best fit, the fewest free cards). Free cards are counted before
         anything else, so a job turned away for want of free cards costs little. Whether it could
         ever run is asked only when no group that turned it away for now (too few free cards, cards
         free on too many nodes, CPU in use) might take it once empty, by its size and CPU; memory is
@@ -331,7 +335,7 @@ class Capacity:
             elif job.spread:
                 option = self._spread_option(job, group, slots)
             elif n <= group.sizes[job.kind][0]:
-                option = self._node_option(job, group, slots)
+                option = self._node_option(job, group, slots, rank=rank)
             else:
                 option = self._gang_option(job, group, slots)
             if option is not None:
@@ -350,13 +354,19 @@ class Capacity:
         return Option(placement, group.gpu_type, group, tuple(plan), card)
 
     def _node_option(
-        self, job: JobSpec, group: Group, slots: tuple[Room, ...], mem: float | None = None
+        self,
+        job: JobSpec,
+        group: Group,
+        slots: tuple[Room, ...],
+        mem: float | None = None,
+        rank: Callable[[Room], Any] | None = None,
     ) -> Option | None:
-        """Best fit: the node with the fewest free cards that suffice (first such in inventory order);
-        `mem` as `Room.refusal` takes it (a sharing job's need)."""
+        """Best fit: the node with the fewest free cards that suffice (or the least by `rank`; first such in
+        inventory order); `mem` as `Room.refusal` takes it (a sharing job's need)."""
         best, n = None, job.num_gpus
+        key = rank or _free
         for s in slots:
-            if (best is None or s.free < best.free) and s.refusal(job, n, mem) is None:
+            if (best is None or key(s) < key(best)) and s.refusal(job, n, mem) is None:
                 best = s
         return None if best is None else self._option(job, group, [(best, n)])
 
@@ -504,6 +514,35 @@ def queue_lines(snapshot: Snapshot) -> QueueLines | None:
 
 NO_ESTIMATE = "no runtime estimate for any GPU type"
 """Rejection reason of a job that estimate-driven policies cannot rank or place."""
+
+
+def _free(room: Room) -> int:
+    return room.free
+
+
+def hold_cards(
+    nodes: tuple[NodeState, ...], placed: Iterable[tuple[JobSpec, Placement]]
+) -> tuple[NodeState, ...]:
+    """`nodes` with the whole cards and the CPU of each (job, placement) in `placed` taken, and the job
+    among each node's running ones, as if it ran there already."""
+    held: dict[tuple[str, str], list[tuple[JobSpec, int]]] = {}
+    for spec, placement in placed:
+        for node, cards in placement.nodes:
+            held.setdefault((placement.cluster, node), []).append((spec, cards))
+    if not held:
+        return nodes
+    out = []
+    for state in nodes:
+        jobs = held.get((state.node.cluster, state.node.name), ())
+        if jobs:
+            state = replace(
+                state,
+                free_gpus=max(0, state.free_gpus - sum(cards for _, cards in jobs)),
+                cpu_used=state.cpu_used + sum(gang_cpu(spec, cards) for spec, cards in jobs),
+                running=(*state.running, *(spec.job_id for spec, _ in jobs)),
+            )
+        out.append(state)
+    return tuple(out)
 
 
 def pessimistic_runtime(estimate: Estimate, pessimism: float) -> float:

@@ -1,0 +1,449 @@
+"""Re-balancing for makespan (issue #21): the last job's end kept near its bound, long jobs on faster cards.
+
+A policy set with `rebalance=true` (config.policies) is wrapped in `RebalancingPolicy`. The inner policy
+orders the queue for its own aim (completion times, fairness); this rule keeps the longest jobs from
+being left to the end, where they would set the makespan, and from finishing on slow cards. Each round:
+
+1. **The bound.** No schedule ends before `M`: the latest of, over every job queued or running, now plus
+   its work left on its fastest GPU type, and now plus the GPU-seconds left over all jobs (each on its
+   fastest type) spread over every card. `H = M - now` is the time left to it.
+2. **Urgent jobs start first.** A queued job whose fastest runtime, `makespan_slack` added, reaches `H` is
+   urgent: waiting any longer would end it past the bound. Longest first, each starts on the free option
+   where it ends first among the GPU types on which it ends within `H (1 + makespan_slack)` (transfer
+   counted). When none is free and the policy may preempt (`preemption=true`), running jobs on a node of
+   such a type are stopped to make room: only jobs that checkpoint and are not marked not preemptible,
+   and only those that can afford it (restarted from their last checkpoint on their fastest type, they
+   would still end within `H`), least work lost first, on the node losing least. An urgent job that
+   finds no room is left to the inner policy.
+3. **The inner policy** decides on what is left: the other queued jobs and the cards not taken.
+4. **Moves.** Each running job that checkpoints, latest predicted end first, moves to a free card of
+   another GPU type when its next run there (transfer, the restart cost, and the work left at its last
+   checkpoint) ends sooner than its current run by more than one checkpoint interval.
+
+A move is a `Preemption` of the job for itself with its `Placement` on the new card, in one decision: the
+scheduler deletes it with `GRACE_S`, queues it with the progress of its last checkpoint and submits it at
+once under a new name generation. The running jobs' whole-run estimates and work left come with the
+snapshot (`RunningJob.estimates`, `left`; the scheduler fills them for a policy that `rebalances`). The
+rule is pure: it reads only the snapshot and the inner decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import ChainMap
+from dataclasses import dataclass, replace
+
+from config.policies import PolicySettings
+from cpn.admission import Room
+from cpn.decisions import Decision, Placement, Preemption, RunningJob, Snapshot
+from cpn.inventory import NodeState
+from cpn.jobs import JobSpec
+from cpn.policies.base import Policy
+from cpn.policies.placement import Capacity, hold_cards, memory_need, usable_runtimes
+from cpn.policies.preemption import GRACE_S, lost_gpu_s
+from cpn.rules import is_sharing, job_admission_problem
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The makespan's bound now (module doc, 1)."""
+
+    now: float
+    end: float
+    """`M`: no schedule ends before it."""
+
+    @property
+    def horizon(self) -> float:
+        """`H`: seconds left to the bound."""
+        return self.end - self.now
+
+
+class RebalancingPolicy:
+    """`inner`'s decision around the urgent jobs' starts, plus moves of running jobs to faster cards (module
+    doc)."""
+
+    rebalances = True
+    """Decides while nothing is queued, and reads the running jobs' estimates (policies.base.rebalances)."""
+
+    def __init__(self, inner: Policy, settings: PolicySettings) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.slack = settings.makespan_slack
+        self.preemption = settings.preemption
+        self.looks_with = getattr(inner, "looks_with", inner)
+        """The policy a forward look replays (cpn.policies.base.looked_forward_with): the look starts
+        jobs, it never stops or moves them."""
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        """Urgent starts, then `inner` on the rest, then moves (module doc)."""
+        bound = makespan_bound(snapshot)
+        urgent, stops, rest = self._urgent(snapshot, bound)
+        decision = self.inner.decide(rest) if rest.pending else Decision()
+        after = _after(rest, decision.placements)
+        moves, placed = self._moves(after, bound, {p.job_id for p in decision.preemptions} | stops.keys())
+        preemptions = tuple(stops.values()) + moves
+        if not urgent and not preemptions:
+            return decision
+        return replace(
+            decision,
+            placements=(*urgent, *decision.placements, *placed),
+            preemptions=(*decision.preemptions, *preemptions),
+        )
+
+    def _urgent(
+        self, snapshot: Snapshot, bound: Bound
+    ) -> tuple[list[Placement], dict[str, Preemption], Snapshot]:
+        """The urgent jobs' placements, the jobs stopped for them, and the snapshot left for the inner
+        policy (those jobs and cards taken, the stopped jobs gone)."""
+        h = bound.horizon
+        urgent = []
+        rooms = _Rooms(snapshot)
+        for job in snapshot.pending:
+            if job.is_service:
+                continue
+            runtimes = usable_runtimes(snapshot, job)
+            if not runtimes or min(runtimes.values()) * (1 + self.slack) < h / 2:
+                continue  # not urgent whatever its wait (a gang waits for room at most the bound's half)
+            n = 1 if is_sharing(job) else job.num_gpus
+            soonest = min(rooms.delay(g, n, h) + t for g, t in runtimes.items())
+            if soonest * (1 + self.slack) >= h:
+                urgent.append((min(runtimes.values()), job, runtimes))
+        if not urgent:
+            return [], {}, snapshot
+        urgent.sort(key=lambda u: -u[0])
+        capacity = Capacity(snapshot)
+        placements: list[Placement] = []
+        taken: list[tuple[JobSpec, Placement]] = []
+        running = {j: r for j, r in snapshot.running.items()}
+        room = _Room()
+        for _, job, runtimes in urgent:
+            transfer = snapshot.transfer_s.get(job.job_id, {})
+            fast = {g: t for g, t in runtimes.items() if t <= h * (1 + self.slack)}
+            fast = fast or dict([min(runtimes.items(), key=lambda kv: kv[1])])
+            options = [o for o in capacity.fit(job, fast, rooms.rank).options if not room.blocks(o.placement)]
+            if options:
+                best = min(options, key=lambda o: transfer.get(o.placement.cluster, 0.0) + fast[o.gpu_type])
+                placement, gpu = capacity.take(best, job), best.gpu_type
+            elif self.preemption and not is_sharing(job) and not job.spread:
+                made = self._make_room(snapshot, bound, job, fast, room)
+                if made is None:
+                    room.hold(rooms.soonest(fast, job.num_gpus, h, room))
+                    continue
+                placement, gpu = made
+            else:
+                room.hold(rooms.soonest(fast, job.num_gpus, h, room))
+                continue
+            room.book(placement)
+            placements.append(placement)
+            taken.append((job, placement))
+            ends = snapshot.now + transfer.get(placement.cluster, 0.0) + runtimes[gpu]
+            running[job.job_id] = RunningJob(
+                ends, tuple((f"{placement.cluster}/{n}", c) for n, c in placement.nodes)
+            )
+        stops = room.stops
+        placed = {p.job_id for p in placements}
+        nodes = hold_cards(_release(snapshot.nodes, stops, snapshot.running), taken)
+        if room.held:
+            nodes = tuple(replace(s, free_gpus=0) if s.node.key in room.held else s for s in nodes)
+        for job_id in stops:
+            del running[job_id]
+        rest = replace(
+            snapshot,
+            pending=tuple(j for j in snapshot.pending if j.job_id not in placed),
+            nodes=nodes,
+            running=running,
+            fresh=None
+            if snapshot.fresh is None
+            else tuple(j for j in snapshot.fresh if j.job_id not in placed),
+        )
+        return placements, stops, rest
+
+    def _make_room(
+        self,
+        snapshot: Snapshot,
+        bound: Bound,
+        job: JobSpec,
+        fast: dict[str, float],
+        room: _Room,
+    ) -> tuple[Placement, str] | None:
+        """A one-node placement for urgent `job` on a node of a type in `fast` and its GPU type, the running
+        jobs to stop for it booked in `room` (module doc, 2), on the node losing least; None if no node can
+        be freed."""
+        h = bound.horizon
+        best: tuple[float, NodeState, list[tuple[str, RunningJob, int]]] | None = None
+        for state in snapshot.nodes:
+            node = state.node
+            if node.gpu_type not in fast or node.gpu_count < job.num_gpus:
+                continue
+            if job_admission_problem(node, job) is not None:
+                continue
+            need_gb = memory_need(job, snapshot.estimates.get(job.job_id, {}).get(node.gpu_type))
+            if need_gb is not None and need_gb > node.gpu_memory_gb:
+                continue
+            free = room.free(state)
+            victims = []
+            for job_id, running in sorted(
+                _holding(snapshot.running, node.key), key=lambda v: lost_gpu_s(v[1], snapshot.now)
+            ):
+                if free >= job.num_gpus:
+                    break
+                if job_id in room.stops or not _affords(
+                    running, snapshot.now, h, self.slack, snapshot.restart_s
+                ):
+                    continue
+                cards = sum(c for key, c in running.cards if key == node.key)
+                victims.append((job_id, running, cards))
+                free += cards
+            if free < job.num_gpus:
+                continue
+            cost = sum(lost_gpu_s(v, snapshot.now) for _, v, _ in victims)
+            if best is None or cost < best[0]:
+                best = (cost, state, victims)
+        if best is None:
+            return None
+        _, state, victims = best
+        for job_id, running, _ in victims:
+            room.stop(
+                Preemption(
+                    job_id,
+                    job.job_id,
+                    f"rebalance: {job.job_id} would end past the makespan's bound "
+                    f"({bound.end:.0f}) if it waited longer",
+                    running.cards,
+                    lost_gpu_s(running, snapshot.now) / 3600,
+                    GRACE_S,
+                ),
+                running,
+            )
+        return Placement(job.job_id, state.node.cluster, state.node.name, job.num_gpus), state.node.gpu_type
+
+    def _moves(
+        self, snapshot: Snapshot, bound: Bound, stopping: set[str]
+    ) -> tuple[tuple[Preemption, ...], list[Placement]]:
+        """Running jobs moved to faster free cards (module doc, 4): their preemptions and new placements."""
+        if not any(s.free_gpus for s in snapshot.nodes):
+            return (), []
+        movable = [
+            (job_id, r)
+            for job_id, r in snapshot.running.items()
+            if job_id not in stopping
+            and r.spec is not None
+            and r.preemptible
+            and r.checkpoint_interval_s
+            and r.gpu_type is not None
+            and r.end < math.inf
+            and not is_sharing(r.spec)
+        ]
+        if not movable:
+            return (), []
+        rooms = _Rooms(snapshot)
+        estimates = ChainMap({job_id: r.estimates for job_id, r in movable}, snapshot.estimates)
+        capacity = Capacity(replace(snapshot, estimates=estimates))
+        out: list[Preemption] = []
+        placed: list[Placement] = []
+        for job_id, running in sorted(movable, key=lambda m: -m[1].end):
+            left = running.left_at_checkpoint(snapshot.now, running.gpu_type)
+            if left is None:
+                continue
+            assert running.spec is not None and running.checkpoint_interval_s
+            sooner = running.end - running.checkpoint_interval_s
+            ends = {
+                g: snapshot.now + snapshot.restart_s + left * e.runtime_s
+                for g, e in running.estimates.items()
+                if g != running.gpu_type and e.runtime_s < math.inf
+            }
+            ends = {g: t for g, t in ends.items() if t < sooner}
+            if not ends:
+                continue
+            options = capacity.fit(running.spec, ends, rooms.rank).options
+            if not options:
+                continue
+            best = min(
+                options, key=lambda o: ends[o.gpu_type] + running.transfer_s.get(o.placement.cluster, 0.0)
+            )
+            end = ends[best.gpu_type] + running.transfer_s.get(best.placement.cluster, 0.0)
+            if end >= sooner:
+                continue
+            placed.append(capacity.take(best, running.spec))
+            out.append(
+                Preemption(
+                    job_id,
+                    job_id,
+                    f"rebalance: moves from {running.gpu_type} to {best.gpu_type}, "
+                    f"ending at {end:.0f} instead of {running.end:.0f}",
+                    running.cards,
+                    lost_gpu_s(running, snapshot.now) / 3600,
+                    GRACE_S,
+                )
+            )
+        return tuple(out), placed
+
+
+def makespan_bound(snapshot: Snapshot) -> Bound:
+    """No schedule of the snapshot's jobs ends before this (module doc, 1)."""
+    now = snapshot.now
+    latest = now
+    gpu_s = 0.0
+    for job in snapshot.pending:
+        runtimes = usable_runtimes(snapshot, job) if not job.is_service else {}
+        if runtimes:
+            best = min(runtimes.values())
+            latest = max(latest, now + best)
+            gpu_s += best * job.num_gpus
+    for running in snapshot.running.values():
+        left = _left_now(running, now)
+        if left is None:
+            continue
+        latest = max(latest, now + left[0])
+        gpu_s += left[0] * left[1]
+    cards = sum(s.node.gpu_count for s in snapshot.nodes)
+    return Bound(now, max(latest, now + gpu_s / cards if cards else now))
+
+
+def _left_now(running: RunningJob, now: float) -> tuple[float, int] | None:
+    """(seconds of work left on its fastest type, cards) of a running job; None if not known."""
+    if running.end == math.inf:
+        return None
+    cards = sum(n for _, n in running.cards)
+    current = running.estimates.get(running.gpu_type) if running.gpu_type else None
+    finite = [e.runtime_s for e in running.estimates.values() if e.runtime_s < math.inf]
+    if current is None or not finite or running.started is None or not current.runtime_s < math.inf:
+        return max(0.0, running.end - now), cards
+    trained = max(0.0, now - running.started - running.restart_s)
+    fraction = max(0.0, running.left - trained / current.runtime_s)
+    return fraction * min(finite), cards
+
+
+def _affords(running: RunningJob, now: float, horizon: float, slack: float, restart_s: float) -> bool:
+    """Whether a running job may be stopped for an urgent one: it checkpoints, may be preempted, and,
+    restarted from its last checkpoint on any GPU type it runs on (it goes back to the queue, and may
+    land on the slowest), would still end within `horizon`."""
+    if not running.preemptible or not running.checkpoint_interval_s or running.gpu_type is None:
+        return False
+    left = running.left_at_checkpoint(now, running.gpu_type)
+    finite = [e.runtime_s for e in running.estimates.values() if e.runtime_s < math.inf]
+    if left is None or not finite:
+        return False
+    return restart_s + left * max(finite) * (1 + slack) < horizon
+
+
+def _holding(running: dict, key: str) -> list[tuple[str, RunningJob]]:
+    """The running jobs holding whole cards on node `key`."""
+    return [(job_id, r) for job_id, r in running.items() if any(k == key for k, _ in r.cards)]
+
+
+def _release(nodes: tuple[NodeState, ...], stops: dict[str, Preemption], running) -> tuple[NodeState, ...]:
+    """`nodes` with the cards of the `stops` jobs free and the jobs gone from them."""
+    if not stops:
+        return nodes
+    freed: dict[str, int] = {}
+    for job_id in stops:
+        for key, cards in running[job_id].cards:
+            freed[key] = freed.get(key, 0) + cards
+    return tuple(
+        replace(
+            s,
+            free_gpus=s.free_gpus + freed[s.node.key],
+            running=tuple(j for j in s.running if j not in stops),
+        )
+        if s.node.key in freed
+        else s
+        for s in nodes
+    )
+
+
+def _after(snapshot: Snapshot, placements) -> Snapshot:
+    """`snapshot` with `placements`' cards taken (what the moves may use)."""
+    by_id = {j.job_id: j for j in snapshot.pending}
+    placed = [(by_id[p.job_id], p) for p in placements if p.job_id in by_id]
+    return replace(snapshot, nodes=hold_cards(snapshot.nodes, placed)) if placed else snapshot
+
+
+class _Rooms:
+    """When a gang of n cards of a GPU type next finds room on one node, by the running jobs' predicted
+    ends (worked out once per type and width in a round)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self._ends: dict[str, list[tuple[float, int]]] = {}
+        for running in snapshot.running.values():
+            for key, cards in running.cards:
+                self._ends.setdefault(key, []).append((running.end, cards))
+        self._delay: dict[tuple[str, int], float] = {}
+        self._last: dict[str, float] = {key: max(end for end, _ in ends) for key, ends in self._ends.items()}
+
+    def rank(self, room: Room) -> tuple[float, int]:
+        """Order of the nodes a long job may take: where the jobs running end last, then best fit. Long jobs
+        gather on the same nodes, and the nodes of short jobs soon free whole for wide ones."""
+        return (-self._last.get(room.node.key, self.snapshot.now), room.free)
+
+    def delay(self, gpu_type: str, n: int, horizon: float) -> float:
+        """Seconds from now until some node of `gpu_type` has `n` cards free (at most `horizon`; `horizon`
+        when none ever will by the predictions)."""
+        key = (gpu_type, n)
+        if key not in self._delay:
+            self._delay[key] = min((self._room_at(s, n) for s in self._nodes(gpu_type, n)), default=horizon)
+        return min(self._delay[key], horizon)
+
+    def soonest(self, gpu_types, n: int, horizon: float, room: _Room) -> str | None:
+        """The node of one of `gpu_types` where `n` cards free soonest, not held already; None if none will."""
+        best = None
+        for gpu_type in gpu_types:
+            for state in self._nodes(gpu_type, n):
+                at = self._room_at(state, n)
+                if state.node.key not in room.held and at < horizon and (best is None or at < best[0]):
+                    best = (at, state.node.key)
+        return None if best is None else best[1]
+
+    def _nodes(self, gpu_type: str, n: int) -> list[NodeState]:
+        return [s for s in self.snapshot.nodes if s.node.gpu_type == gpu_type and s.node.gpu_count >= n]
+
+    def _room_at(self, state: NodeState, n: int) -> float:
+        """Seconds from now until `state`'s node has `n` cards free by the running jobs' predicted ends."""
+        free, at = state.free_gpus, self.snapshot.now
+        for end, cards in sorted(self._ends.get(state.node.key, ())):
+            if free >= n:
+                break
+            free, at = free + cards, end
+        return max(0.0, at - self.snapshot.now) if free >= n else math.inf
+
+
+class _Room:
+    """What the urgent starts did to the nodes: the jobs stopped (and the cards they free), the cards the
+    urgent jobs took."""
+
+    def __init__(self) -> None:
+        self.held: set[str] = set()
+        """`cluster/node` of the nodes held for urgent jobs that wait for room there: no other job starts
+        on them."""
+        self.stops: dict[str, Preemption] = {}
+        self._freed: dict[str, int] = {}
+        self._taken: dict[str, int] = {}
+
+    def stop(self, preemption: Preemption, running: RunningJob) -> None:
+        """Book `running` stopped by `preemption`: its cards free."""
+        self.stops[preemption.job_id] = preemption
+        for key, cards in running.cards:
+            self._freed[key] = self._freed.get(key, 0) + cards
+
+    def book(self, placement: Placement) -> None:
+        """Book the cards an urgent job takes."""
+        for node, cards in placement.nodes:
+            key = f"{placement.cluster}/{node}"
+            self._taken[key] = self._taken.get(key, 0) + cards
+
+    def free(self, state: NodeState) -> int:
+        """Cards free on the node after the stops and the urgent starts so far."""
+        key = state.node.key
+        return state.free_gpus + self._freed.get(key, 0) - self._taken.get(key, 0)
+
+    def hold(self, key: str | None) -> None:
+        """Hold node `key` for an urgent job (None: nothing to hold)."""
+        if key is not None:
+            self.held.add(key)
+
+    def blocks(self, placement: Placement) -> bool:
+        """Whether `placement` uses a node held, or where jobs were stopped (whose free cards the capacity
+        does not count as the stops left them)."""
+        keys = {f"{placement.cluster}/{node}" for node, _ in placement.nodes}
+        return bool(keys & self.held) or any(k in self._freed for k in keys)
