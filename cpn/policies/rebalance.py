@@ -1,30 +1,35 @@
 """Re-balancing for makespan (issue #21): the last job's end kept near its bound, long jobs on faster cards.
 
 A policy set with `rebalance=true` (config.policies) is wrapped in `RebalancingPolicy`. The inner policy
-orders the queue for its own aim (completion times, fairness); this rule keeps the longest jobs from
-being left to the end, where they would set the makespan, and from finishing on slow cards. Each round:
+orders the queue for its own aim (completion times, fairness); this rule keeps the longest jobs from being
+left to the end, where they would set the makespan, and from finishing on slow cards. Each round:
 
 1. **The bound.** No schedule ends before `M`: the latest of, over every job queued or running, now plus
    its work left on its fastest GPU type, and now plus the GPU-seconds left over all jobs (each on its
    fastest type) spread over every card. `H = M - now` is the time left to it.
-2. **Urgent jobs start first.** A queued job whose fastest runtime, `makespan_slack` added, reaches `H` is
-   urgent: waiting any longer would end it past the bound. Longest first, each starts on the free option
-   where it ends first among the GPU types on which it ends within `H (1 + makespan_slack)` (transfer
-   counted). When none is free and the policy may preempt (`preemption=true`), running jobs on a node of
-   such a type are stopped to make room: only jobs that checkpoint and are not marked not preemptible,
-   and only those that can afford it (restarted from their last checkpoint on their fastest type, they
-   would still end within `H`), least work lost first, on the node losing least. An urgent job that
-   finds no room is left to the inner policy.
-3. **The inner policy** decides on what is left: the other queued jobs and the cards not taken.
-4. **Moves.** Each running job that checkpoints, latest predicted end first, moves to a free card of
+2. **Urgent jobs start first.** A queued job is urgent when, waiting for room on each GPU type (until
+   enough cards of one node free by the running jobs' predicted ends) and then running there, it could
+   not end before `H` is reached, `makespan_slack` of `H` aside: waiting any longer would push the makespan
+   past the bound. Longest first, each starts on the free option where it ends first among the GPU types
+   on which it ends within `H (1 + makespan_slack)`, on the node whose running jobs end last (long jobs
+   gather on the same nodes, so the nodes of short jobs soon free whole for wide ones).
+3. **Room for an urgent job** that finds no free option, when the policy may preempt (`preemption=true`):
+   the running jobs of one node of such a type make room, that node losing least work. A job that
+   checkpoints and can afford it (restarted from its last checkpoint on its slowest GPU type, it would
+   still end within `H`: it goes back to the queue and may land anywhere) is stopped; a job that cannot
+   afford it moves to a free card of a GPU type at least as fast on another node. Jobs that never
+   checkpoint, or are marked not preemptible, stay. An urgent job that finds no room is left to the inner
+   policy.
+4. **The inner policy** decides on what is left: the other queued jobs and the cards not taken.
+5. **Moves.** Each running job that checkpoints, latest predicted end first, moves to a free card of
    another GPU type when its next run there (transfer, the restart cost, and the work left at its last
    checkpoint) ends sooner than its current run by more than one checkpoint interval.
 
 A move is a `Preemption` of the job for itself with its `Placement` on the new card, in one decision: the
 scheduler deletes it with `GRACE_S`, queues it with the progress of its last checkpoint and submits it at
-once under a new name generation. The running jobs' whole-run estimates and work left come with the
-snapshot (`RunningJob.estimates`, `left`; the scheduler fills them for a policy that `rebalances`). The
-rule is pure: it reads only the snapshot and the inner decision.
+once under a new name generation. The running jobs' whole-run estimates, work left and specs come with the
+snapshot (`RunningJob`; the scheduler fills them for a policy that `rebalances`). The rule is pure: it reads
+only the snapshot and the inner decision.
 """
 
 from __future__ import annotations
@@ -102,8 +107,8 @@ class RebalancingPolicy:
             if job.is_service:
                 continue
             runtimes = usable_runtimes(snapshot, job)
-            if not runtimes or min(runtimes.values()) * (1 + self.slack) < h / 2:
-                continue  # not urgent whatever its wait (a gang waits for room at most the bound's half)
+            if not runtimes:
+                continue
             n = 1 if is_sharing(job) else job.num_gpus
             soonest = min(rooms.delay(g, n, h) + t for g, t in runtimes.items())
             if soonest * (1 + self.slack) >= h:
@@ -125,13 +130,11 @@ class RebalancingPolicy:
                 best = min(options, key=lambda o: transfer.get(o.placement.cluster, 0.0) + fast[o.gpu_type])
                 placement, gpu = capacity.take(best, job), best.gpu_type
             elif self.preemption and not is_sharing(job) and not job.spread:
-                made = self._make_room(snapshot, bound, job, fast, room)
+                made = self._make_room(snapshot, bound, job, fast, room, capacity, rooms.rank)
                 if made is None:
-                    room.hold(rooms.soonest(fast, job.num_gpus, h, room))
                     continue
                 placement, gpu = made
             else:
-                room.hold(rooms.soonest(fast, job.num_gpus, h, room))
                 continue
             room.book(placement)
             placements.append(placement)
@@ -142,11 +145,16 @@ class RebalancingPolicy:
             )
         stops = room.stops
         placed = {p.job_id for p in placements}
+        for moved, placement in room.moved.values():
+            assert moved.spec is not None
+            taken.append((moved.spec, placement))
+            placements.append(placement)
         nodes = hold_cards(_release(snapshot.nodes, stops, snapshot.running), taken)
-        if room.held:
-            nodes = tuple(replace(s, free_gpus=0) if s.node.key in room.held else s for s in nodes)
         for job_id in stops:
             del running[job_id]
+        for job_id, (moved, placement) in room.moved.items():
+            cards = tuple((f"{placement.cluster}/{n}", c) for n, c in placement.nodes)
+            running[job_id] = replace(moved, cards=cards)
         rest = replace(
             snapshot,
             pending=tuple(j for j in snapshot.pending if j.job_id not in placed),
@@ -165,12 +173,14 @@ class RebalancingPolicy:
         job: JobSpec,
         fast: dict[str, float],
         room: _Room,
+        capacity: Capacity,
+        rank,
     ) -> tuple[Placement, str] | None:
         """A one-node placement for urgent `job` on a node of a type in `fast` and its GPU type, the running
         jobs to stop for it booked in `room` (module doc, 2), on the node losing least; None if no node can
         be freed."""
         h = bound.horizon
-        best: tuple[float, NodeState, list[tuple[str, RunningJob, int]]] | None = None
+        best: tuple[float, NodeState, list] | None = None
         for state in snapshot.nodes:
             node = state.node
             if node.gpu_type not in fast or node.gpu_count < job.num_gpus:
@@ -182,33 +192,49 @@ class RebalancingPolicy:
                 continue
             free = room.free(state)
             victims = []
+            targets: set[str] = {node.key}
             for job_id, running in sorted(
                 _holding(snapshot.running, node.key), key=lambda v: lost_gpu_s(v[1], snapshot.now)
             ):
                 if free >= job.num_gpus:
                     break
-                if job_id in room.stops or not _affords(
-                    running, snapshot.now, h, self.slack, snapshot.restart_s
-                ):
+                if job_id in room.stops or job_id in room.moved:
                     continue
+                option = None
+                if not _affords(running, snapshot.now, h, self.slack, snapshot.restart_s):
+                    option = _elsewhere(capacity, running, room, targets, rank)
+                    if option is None:
+                        continue
+                    targets.update(f"{option.placement.cluster}/{n}" for n, _ in option.placement.nodes)
                 cards = sum(c for key, c in running.cards if key == node.key)
-                victims.append((job_id, running, cards))
+                victims.append((job_id, running, cards, option))
                 free += cards
             if free < job.num_gpus:
                 continue
-            cost = sum(lost_gpu_s(v, snapshot.now) for _, v, _ in victims)
+            cost = sum(lost_gpu_s(v, snapshot.now) for _, v, _, _ in victims)
             if best is None or cost < best[0]:
                 best = (cost, state, victims)
         if best is None:
             return None
         _, state, victims = best
-        for job_id, running, _ in victims:
+        why = f"{job.job_id} would end past the makespan's bound ({bound.end:.0f}) if it waited longer"
+        for job_id, running, _, option in victims:
+            # the free card found for a job to move to is taken now (another one if an earlier move took it)
+            option = option and _elsewhere(capacity, running, room, {state.node.key}, rank)
+            if option is not None:
+                assert running.spec is not None
+                where = f"{option.placement.cluster}/{option.placement.node}"
+                lost = lost_gpu_s(running, snapshot.now) / 3600
+                stop = Preemption(
+                    job_id, job_id, f"rebalance: moves to {where}: {why}", running.cards, lost, GRACE_S
+                )
+                room.move(stop, running, capacity.take(option, running.spec))
+                continue
             room.stop(
                 Preemption(
                     job_id,
                     job.job_id,
-                    f"rebalance: {job.job_id} would end past the makespan's bound "
-                    f"({bound.end:.0f}) if it waited longer",
+                    f"rebalance: {why}",
                     running.cards,
                     lost_gpu_s(running, snapshot.now) / 3600,
                     GRACE_S,
@@ -300,6 +326,22 @@ def makespan_bound(snapshot: Snapshot) -> Bound:
     return Bound(now, max(latest, now + gpu_s / cards if cards else now))
 
 
+def _elsewhere(capacity: Capacity, running: RunningJob, room: _Room, avoid: set[str], rank):
+    """A free option for running job `running` on a GPU type at least as fast as its own, on no node in
+    `avoid` nor held: where it may move to make room; None if none."""
+    if running.spec is None or running.gpu_type not in running.estimates or is_sharing(running.spec):
+        return None
+    if not running.preemptible or not running.checkpoint_interval_s:
+        return None
+    own = running.estimates[running.gpu_type].runtime_s
+    types = [g for g, e in running.estimates.items() if e.runtime_s <= own]
+    for option in capacity.fit(running.spec, types, rank).options:
+        keys = {f"{option.placement.cluster}/{n}" for n, _ in option.placement.nodes}
+        if not keys & avoid and not room.blocks(option.placement):
+            return option
+    return None
+
+
 def _left_now(running: RunningJob, now: float) -> tuple[float, int] | None:
     """(seconds of work left on its fastest type, cards) of a running job; None if not known."""
     if running.end == math.inf:
@@ -385,16 +427,6 @@ class _Rooms:
             self._delay[key] = min((self._room_at(s, n) for s in self._nodes(gpu_type, n)), default=horizon)
         return min(self._delay[key], horizon)
 
-    def soonest(self, gpu_types, n: int, horizon: float, room: _Room) -> str | None:
-        """The node of one of `gpu_types` where `n` cards free soonest, not held already; None if none will."""
-        best = None
-        for gpu_type in gpu_types:
-            for state in self._nodes(gpu_type, n):
-                at = self._room_at(state, n)
-                if state.node.key not in room.held and at < horizon and (best is None or at < best[0]):
-                    best = (at, state.node.key)
-        return None if best is None else best[1]
-
     def _nodes(self, gpu_type: str, n: int) -> list[NodeState]:
         return [s for s in self.snapshot.nodes if s.node.gpu_type == gpu_type and s.node.gpu_count >= n]
 
@@ -413,10 +445,9 @@ class _Room:
     urgent jobs took."""
 
     def __init__(self) -> None:
-        self.held: set[str] = set()
-        """`cluster/node` of the nodes held for urgent jobs that wait for room there: no other job starts
-        on them."""
         self.stops: dict[str, Preemption] = {}
+        self.moved: dict[str, tuple[RunningJob, Placement]] = {}
+        """job_id -> (the running job, its new placement) of each job moved to make room."""
         self._freed: dict[str, int] = {}
         self._taken: dict[str, int] = {}
 
@@ -437,13 +468,13 @@ class _Room:
         key = state.node.key
         return state.free_gpus + self._freed.get(key, 0) - self._taken.get(key, 0)
 
-    def hold(self, key: str | None) -> None:
-        """Hold node `key` for an urgent job (None: nothing to hold)."""
-        if key is not None:
-            self.held.add(key)
+    def move(self, preemption: Preemption, running: RunningJob, placement: Placement) -> None:
+        """Book `running` moved by `preemption` to `placement`: its old cards free, its new ones taken."""
+        self.stop(preemption, running)
+        self.moved[preemption.job_id] = (running, placement)
+        self.book(placement)
 
     def blocks(self, placement: Placement) -> bool:
-        """Whether `placement` uses a node held, or where jobs were stopped (whose free cards the capacity
-        does not count as the stops left them)."""
-        keys = {f"{placement.cluster}/{node}" for node, _ in placement.nodes}
-        return bool(keys & self.held) or any(k in self._freed for k in keys)
+        """Whether `placement` uses a node where jobs were stopped or moved from (whose free cards the
+        capacity does not count as the stops left them)."""
+        return any(f"{placement.cluster}/{node}" in self._freed for node, _ in placement.nodes)
