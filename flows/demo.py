@@ -218,7 +218,6 @@ def explore_report(
             f"  {b.job_id}: {flag}, ran on {b.num_gpus} whole {b.gpu_type} card(s) for "
             f"{b.measured_s:,.0f} s; "
             f"predicted {b.predicted_s:,.0f} s before ({b.error:.1%}), {a.predicted_s:,.0f} s after "
-            f"retraining ({a.error:.1%})"
-            + ("; still unseen after retraining" if a.explore else "")
+            f"retraining ({a.error:.1%})" + ("; still unseen after retraining" if a.explore else "")
         )
     return "\n".join(lines)

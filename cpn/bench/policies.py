@@ -19,7 +19,7 @@ from config.settings import DATA_DIR, DEFAULT_CPU_THRESHOLD, ClustersConfig, loa
 from config.teams import load_teams
 from cpn.bench.recorder import RecordingPolicy, record_on, solver_summary, start_errors
 from cpn.bench.report import JobTimeline, busy_of, copies_per_job, summarize, timelines
-from cpn.bench.teams import team_figures
+from cpn.bench.teams import team_figures, work_figures
 from cpn.bootstrap import build_simulation
 from cpn.decisions import Teams
 from cpn.engine.scheduler import EstimateSource
@@ -162,8 +162,9 @@ def run_policy(
     summary.update(start_errors(recorder, lines).as_summary())
     summary.update(copies_per_job(lines))
     summary.update(solver_summary(recorder.solver_rounds))
+    summary.update(work_figures(sim.simulator.executions, sim.simulator.preempted))
     if teams is not None:
-        summary.update(team_figures(teams, lines, sim.simulator.executions, sim.simulator.preempted))
+        summary.update(team_figures(teams, lines, sim.simulator.executions))
     sim.store.close()
     return PolicyRun(run_name(settings), summary, lines, tuple(sim.simulator.executions), settings)
 

@@ -110,7 +110,7 @@ def format_table(result: BenchResult) -> str:
         lines.append(
             "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
         )
-    lines += _outcome_lines(result) + _solver_lines(result) + _team_lines(result)
+    lines += _outcome_lines(result) + _solver_lines(result) + _stop_lines(result) + _team_lines(result)
     if result.peer:
         lines += ["", "Peer: Gavel's simulator on this trace (preemptive, no memory limit, no transfers)"]
         lines.append(f"  {'gavel policy':<28}{'mean JCT h':>11}{'makespan h':>11}")
@@ -129,7 +129,7 @@ def format_table(result: BenchResult) -> str:
             if makespans and min(makespans) > 0:
                 ms_h = run.summary["makespan_s"] / 3600
                 ms_txt = f"{ms_h:,.1f} h = {ms_h / min(makespans):.2f}x"
-            lines.append(f"  {run.name:<28}JCT {jct_txt}; makespan {ms_txt}")
+            lines.append(f"  {run.name:<28} JCT {jct_txt}; makespan {ms_txt}")
     return "\n".join(lines)
 
 
@@ -159,6 +159,17 @@ def _outcome_lines(result: BenchResult) -> list[str]:
         if parts:
             lines.append(f"  {run.name}: " + "; ".join(parts))
     return ["", "Jobs that did not succeed, by reason:", *lines] if lines else []
+
+
+def _stop_lines(result: BenchResult) -> list[str]:
+    """Per policy that stopped runs (preemptions, moves): how many, and the work lost against that done."""
+    lines = [
+        f"  {run.name}: {m['preemptions']:,} runs stopped, {m['lost_gpu_hours']:,.1f} GPU-h lost of "
+        f"{m['gpu_hours']:,.1f} GPU-h done"
+        for run in result.runs
+        if (m := run.summary).get("preemptions") and "teams" not in m
+    ]
+    return ["", "Runs stopped (preempted, or moved by re-balancing):", *lines] if lines else []
 
 
 def _team_lines(result: BenchResult) -> list[str]:

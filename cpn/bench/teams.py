@@ -5,10 +5,14 @@
   arrived and not yet started); None when there was no such time;
 - `p50_wait_s`, `p99_wait_s`: its jobs' waits from arrival to first start (jobs that started);
 - `fairness_error`: the largest |share_used - share_entitled| over the teams (None without contention);
+
+`work_figures`, reported for every replay, with or without teams:
+
 - `gpu_hours`: work done: GPU-hours of runs that succeeded, plus those of stopped runs up to their last
   checkpoint (kept by their next run);
-- `preemptions`, `lost_gpu_hours`: runs stopped to reclaim cards (cpn.policies.preemption) and the GPU-hours
-  they lost: the work since their last checkpoint and the restart cost (cpn.sim.gateway.Stopped).
+- `preemptions`, `lost_gpu_hours`: runs stopped, to reclaim cards (cpn.policies.preemption) or to move or make
+  room (cpn.policies.rebalance), and the GPU-hours they lost: the work since their last checkpoint and the
+  restart cost (cpn.sim.gateway.Stopped).
 """
 
 from __future__ import annotations
@@ -60,10 +64,8 @@ def team_figures(
     teams: Teams,
     timelines: Sequence[JobTimeline],
     executions: Sequence[Execution],
-    stopped: Sequence[Stopped] = (),
 ) -> dict:
-    """`{"teams": {name: figures}, "fairness_error", "gpu_hours", "preemptions", "lost_gpu_hours"}` of one
-    replay (module doc); `stopped`: the runs the simulator stopped (SimulatedGateway.preempted)."""
+    """`{"teams": {name: figures}, "fairness_error"}` of one replay (module doc)."""
     by_team: dict[str, list[JobTimeline]] = {}
     for line in timelines:
         by_team.setdefault(teams.team_of(line.job_id), []).append(line)
@@ -78,11 +80,8 @@ def team_figures(
         window = waiting if window is None else _intersect(window, waiting)
     window = window or []
     used = dict.fromkeys(by_team, 0.0)
-    gpu_hours = 0.0
     for e in executions:
         cards = len(e.gpus) * e.share
-        if e.outcome == "succeeded":
-            gpu_hours += cards * (e.end - e.start) / 3600
         team = teams.team_of(e.job_id)
         if team in used:
             used[team] += cards * _overlap((e.start, e.end), window)
@@ -98,10 +97,15 @@ def team_figures(
             "jobs": len(lines),
         }
     errors = [abs(f["share_used"] - f["share_entitled"]) for f in out.values() if f["share_used"] is not None]
+    return {"teams": out, "fairness_error": max(errors) if errors else None}
+
+
+def work_figures(executions: Sequence[Execution], stopped: Sequence[Stopped] = ()) -> dict:
+    """`{"gpu_hours", "preemptions", "lost_gpu_hours"}` of one replay (module doc); `stopped`: the runs the
+    simulator stopped (SimulatedGateway.preempted)."""
+    done = sum(len(e.gpus) * e.share * (e.end - e.start) for e in executions if e.outcome == "succeeded")
     return {
-        "teams": out,
-        "fairness_error": max(errors) if errors else None,
-        "gpu_hours": gpu_hours + sum(s.kept_gpu_s for s in stopped) / 3600,
+        "gpu_hours": (done + sum(s.kept_gpu_s for s in stopped)) / 3600,
         "preemptions": len(stopped),
         "lost_gpu_hours": sum(s.lost_gpu_s for s in stopped) / 3600,
     }

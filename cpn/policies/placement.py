@@ -305,17 +305,20 @@ class Capacity:
         return list(self._groups if kind is None else self._by_kind[kind])
 
     def fit(
-        self, job: JobSpec, gpu_types: Collection[str] | None = None, rank: Callable[[Room], Any] | None = None
+        self,
+        job: JobSpec,
+        gpu_types: Collection[str] | None = None,
+        rank: Callable[[Room], Any] | None = None,
     ) -> Fit:
         """Every group where `job` can start now; if none, whether it never can.
 
-        `gpu_types` limits the GPU types considered (None = all). `rank` orders the nodes a job that fits on
-        one node may take in a group, the least first (default: best fit, the fewest free cards). Free cards are counted before
-        anything else, so a job turned away for want of free cards costs little. Whether it could
-        ever run is asked only when no group that turned it away for now (too few free cards, cards
-        free on too many nodes, CPU in use) might take it once empty, by its size and CPU; memory is
-        not looked up for full groups, so a job that only memory keeps off every node is rejected in
-        a round where the groups it might use have cards free.
+        `gpu_types` limits the GPU types considered (None = all). `rank` orders the nodes a job that fits
+        on one node may take in a group, the least first (default: best fit, the fewest free cards).
+        Free cards are counted before anything else, so a job turned away for want of free cards costs
+        little. Whether it could ever run is asked only when no group that turned it away for now (too few
+        free cards, cards free on too many nodes, CPU in use) might take it once empty, by its size and
+        CPU; memory is not looked up for full groups, so a job that only memory keeps off every node is
+        rejected in a round where the groups it might use have cards free.
         """
         sharing = is_sharing(job)
         n = job.num_gpus

@@ -21,7 +21,9 @@ from tests.kubernetes.test_plan import H20_JOB
 
 pytestmark = pytest.mark.e2e
 
-IMPOSSIBLE = H20_JOB + """---
+IMPOSSIBLE = (
+    H20_JOB
+    + """---
 apiVersion: batch/v1
 kind: Job
 metadata:
@@ -47,6 +49,7 @@ spec:
       nodeSelector: {maip.mxsf.io/node.usage: gpu-lab}
       containers: [{name: m, image: x:1, resources: {limits: {nvidia.com/gpu: 1}}}]
 """
+)
 """A product no cluster has, 32 GPUs (the demo's widest cluster has 28 K80), a pool no node is in."""
 
 

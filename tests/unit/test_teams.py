@@ -10,13 +10,13 @@ import pytest
 from config.settings import ConfigError
 from config.teams import DEFAULT_TEAM, TeamsConfig, load_teams, quota_warnings
 from cpn.bench.report import JobTimeline
-from cpn.bench.teams import team_figures
+from cpn.bench.teams import team_figures, work_figures
 from cpn.decisions import RunningJob, Team, Teams
 from cpn.formats.trace_csv import TraceFormatError, load_trace_csv
 from cpn.jobs import JobState
 from cpn.policies import make_policy
 from cpn.policies.teams import Ledger
-from cpn.sim.gateway import Execution
+from cpn.sim.gateway import Execution, Stopped
 from tests.unit.test_policies import job, node, snap, state
 
 POLICIES = ("fifo", "sjf", "greedy", "milp")
@@ -143,8 +143,10 @@ def test_team_figures_share_while_both_wait():
     assert out["teams"]["a"]["share_used"] == pytest.approx(0.75)
     assert out["teams"]["b"]["share_entitled"] == pytest.approx(0.5)
     assert out["fairness_error"] == pytest.approx(0.25)
-    assert out["gpu_hours"] == pytest.approx(70 / 3600)
     assert out["teams"]["a"]["p99_wait_s"] == 10.0
+    kept = Stopped("a/1", 5.0, 3, kept_gpu_s=9.0, lost_gpu_s=6.0)
+    work = work_figures(runs, [kept])
+    assert work == {"gpu_hours": pytest.approx(79 / 3600), "preemptions": 1, "lost_gpu_hours": 6 / 3600}
 
 
 def test_weight_only_shares_count_only_teams_with_work():
