@@ -119,7 +119,7 @@ class RebalancingPolicy:
         capacity = Capacity(snapshot)
         placements: list[Placement] = []
         taken: list[tuple[JobSpec, Placement]] = []
-        running = {j: r for j, r in snapshot.running.items()}
+        running = dict(snapshot.running)
         room = _Room()
         for _, job, runtimes in urgent:
             transfer = snapshot.transfer_s.get(job.job_id, {})
@@ -414,10 +414,11 @@ class _Rooms:
         self._delay: dict[tuple[str, int], float] = {}
         self._last: dict[str, float] = {key: max(end for end, _ in ends) for key, ends in self._ends.items()}
 
-    def rank(self, room: Room) -> tuple[float, int]:
-        """Order of the nodes a long job may take: where the jobs running end last, then best fit. Long jobs
-        gather on the same nodes, and the nodes of short jobs soon free whole for wide ones."""
-        return (-self._last.get(room.node.key, self.snapshot.now), room.free)
+    def rank(self, room: Room) -> tuple[int, float, int]:
+        """Order of the nodes a long job may take: the smallest nodes first (they never hold the widest
+        gangs), then where the jobs running end last, then best fit. Long jobs gather on the same nodes,
+        and the wide nodes of short jobs soon free whole for wide gangs."""
+        return (room.node.gpu_count, -self._last.get(room.node.key, self.snapshot.now), room.free)
 
     def delay(self, gpu_type: str, n: int, horizon: float) -> float:
         """Seconds from now until some node of `gpu_type` has `n` cards free (at most `horizon`; `horizon`
