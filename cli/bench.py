@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="a policy setting, given to every listed policy that has it (repeatable): e.g. "
         "objective=makespan, solver=cbc, time_limit_s=2, reservation=false, window=200 (milp; all in "
-        "docs/optimiser.md); preemption=true, rebalance=true, makespan_slack=0.02 (every policy; "
+        "docs/optimiser.md); preemption=true, rebalance=true, makespan_slack=0.01 (every policy; "
         "docs/teams.md); or cpu_threshold=0.8 (the scheduler's node CPU cap, default 0.7)",
     )
     p.add_argument(

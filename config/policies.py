@@ -32,11 +32,11 @@ class _PolicyBase(BaseModel):
         "than a checkpoint interval.",
     )
     makespan_slack: float = Field(
-        0.02,
+        0.01,
         ge=0,
-        description="With `rebalance`: how far past the makespan's bound a job may be planned to end, as a "
-        "fraction of the bound (0.02: 2%). Smaller holds the bound tighter and costs the other jobs' "
-        "completion times more.",
+        description="With `rebalance`: how far past the time left to the makespan's bound a job may be "
+        "planned to end, as a fraction of that time (0.01: 1%); a job starts that much before it must. "
+        "Larger starts long jobs earlier, at a cost to the other jobs' completion times.",
     )
 
 

@@ -21,7 +21,12 @@ left to the end, where they would set the makespan, and from finishing on slow c
    checkpoint, or are marked not preemptible, stay. An urgent job that finds no room is left to the inner
    policy.
 4. **The inner policy** decides on what is left: the other queued jobs and the cards not taken.
-5. **Moves.** Each running job that checkpoints, latest predicted end first, moves to a free card of
+5. **Gangs gather.** A gang the inner policy starts on a slower GPU type than it could run on goes to a
+   node of a faster type instead when running jobs that checkpoint can free that node by moving to free
+   cards at least as fast on other nodes, and the GPU-seconds the gang saves there outweigh those the moves
+   lose (their work since their last checkpoint and the restart): narrow jobs scattered over the fast
+   nodes otherwise keep wide jobs on slow cards.
+6. **Moves.** Each running job that checkpoints, latest predicted end first, moves to a free card of
    another GPU type when its next run there (transfer, the restart cost, and the work left at its last
    checkpoint) ends sooner than its current run by more than one checkpoint interval.
 
@@ -44,7 +49,7 @@ from cpn.decisions import Decision, Placement, Preemption, RunningJob, Snapshot
 from cpn.inventory import NodeState
 from cpn.jobs import JobSpec
 from cpn.policies.base import Policy
-from cpn.policies.placement import Capacity, hold_cards, memory_need, usable_runtimes
+from cpn.policies.placement import Capacity, Option, hold_cards, memory_need, usable_runtimes
 from cpn.policies.preemption import GRACE_S, lost_gpu_s
 from cpn.rules import is_sharing, job_admission_problem
 
@@ -80,12 +85,13 @@ class RebalancingPolicy:
         jobs, it never stops or moves them."""
 
     def decide(self, snapshot: Snapshot) -> Decision:
-        """Urgent starts, then `inner` on the rest, then moves (module doc)."""
+        """Urgent starts, then `inner` on the rest, its gangs gathered, then moves (module doc)."""
         bound = makespan_bound(snapshot)
         urgent, stops, rest = self._urgent(snapshot, bound)
         decision = self.inner.decide(rest) if rest.pending else Decision()
-        after = _after(rest, decision.placements)
-        moves, placed = self._moves(after, bound, {p.job_id for p in decision.preemptions} | stops.keys())
+        decision, after = _gather(rest, decision)
+        stopping = {p.job_id for p in decision.preemptions} | stops.keys()
+        moves, placed = self._moves(after, bound, stopping)
         preemptions = tuple(stops.values()) + moves
         if not urgent and not preemptions:
             return decision
@@ -177,76 +183,23 @@ class RebalancingPolicy:
         rank,
     ) -> tuple[Placement, str] | None:
         """A one-node placement for urgent `job` on a node of a type in `fast` and its GPU type, the running
-        jobs to stop for it booked in `room` (module doc, 2), on the node losing least; None if no node can
-        be freed."""
+        jobs stopped or moved for it booked in `room` (module doc, 3), on the node losing least; None if no
+        node can be freed."""
         h = bound.horizon
-        best: tuple[float, NodeState, list] | None = None
-        for state in snapshot.nodes:
-            node = state.node
-            if node.gpu_type not in fast or node.gpu_count < job.num_gpus:
-                continue
-            if job_admission_problem(node, job) is not None:
-                continue
-            need_gb = memory_need(job, snapshot.estimates.get(job.job_id, {}).get(node.gpu_type))
-            if need_gb is not None and need_gb > node.gpu_memory_gb:
-                continue
-            free = room.free(state)
-            victims = []
-            targets: set[str] = {node.key}
-            for job_id, running in sorted(
-                _holding(snapshot.running, node.key), key=lambda v: lost_gpu_s(v[1], snapshot.now)
-            ):
-                if free >= job.num_gpus:
-                    break
-                if job_id in room.stops or job_id in room.moved:
-                    continue
-                option = None
-                if not _affords(running, snapshot.now, h, self.slack, snapshot.restart_s):
-                    option = _elsewhere(capacity, running, room, targets, rank)
-                    if option is None:
-                        continue
-                    targets.update(f"{option.placement.cluster}/{n}" for n, _ in option.placement.nodes)
-                cards = sum(c for key, c in running.cards if key == node.key)
-                victims.append((job_id, running, cards, option))
-                free += cards
-            if free < job.num_gpus:
-                continue
-            cost = sum(lost_gpu_s(v, snapshot.now) for _, v, _, _ in victims)
-            if best is None or cost < best[0]:
-                best = (cost, state, victims)
-        if best is None:
+
+        def may_stop(running: RunningJob) -> bool:
+            return _affords(running, snapshot.now, h, self.slack, snapshot.restart_s)
+
+        plan = _plan_room(snapshot, job, fast, room, capacity, rank, may_stop)
+        if plan is None:
             return None
-        _, state, victims = best
         why = f"{job.job_id} would end past the makespan's bound ({bound.end:.0f}) if it waited longer"
-        for job_id, running, _, option in victims:
-            # the free card found for a job to move to is taken now (another one if an earlier move took it)
-            option = option and _elsewhere(capacity, running, room, {state.node.key}, rank)
-            if option is not None:
-                assert running.spec is not None
-                where = f"{option.placement.cluster}/{option.placement.node}"
-                lost = lost_gpu_s(running, snapshot.now) / 3600
-                stop = Preemption(
-                    job_id, job_id, f"rebalance: moves to {where}: {why}", running.cards, lost, GRACE_S
-                )
-                room.move(stop, running, capacity.take(option, running.spec))
-                continue
-            room.stop(
-                Preemption(
-                    job_id,
-                    job.job_id,
-                    f"rebalance: {why}",
-                    running.cards,
-                    lost_gpu_s(running, snapshot.now) / 3600,
-                    GRACE_S,
-                ),
-                running,
-            )
-        return Placement(job.job_id, state.node.cluster, state.node.name, job.num_gpus), state.node.gpu_type
+        return _make(snapshot, job, plan, room, capacity, rank, why)
 
     def _moves(
         self, snapshot: Snapshot, bound: Bound, stopping: set[str]
     ) -> tuple[tuple[Preemption, ...], list[Placement]]:
-        """Running jobs moved to faster free cards (module doc, 4): their preemptions and new placements."""
+        """Running jobs moved to faster free cards (module doc, 6): their preemptions and new placements."""
         if not any(s.free_gpus for s in snapshot.nodes):
             return (), []
         movable = [
@@ -394,11 +347,131 @@ def _release(nodes: tuple[NodeState, ...], stops: dict[str, Preemption], running
     )
 
 
+def _gather(snapshot: Snapshot, decision: Decision) -> tuple[Decision, Snapshot]:
+    """The inner `decision` with each gang it starts on a slower GPU type than it could run on moved to a
+    node of a faster type that running jobs free by moving to free cards elsewhere (at least as fast),
+    where the GPU-seconds it saves outweigh those the moves lose; and the snapshot after all of it (what
+    the moves of module doc 6 may use); module doc 5."""
+    after = _after(snapshot, decision.placements)
+    by_id = {j.job_id: j for j in snapshot.pending}
+    gpu_of = {s.node.key: s.node.gpu_type for s in snapshot.nodes}
+    capacity = Capacity(after)
+    room = _Room()
+    rooms = _Rooms(after)
+    placements = []
+    for p in decision.placements:
+        job = by_id.get(p.job_id)
+        if job is None or job.num_gpus < 2 or job.spread or is_sharing(job):
+            placements.append(p)
+            continue
+        runtimes = usable_runtimes(snapshot, job)
+        current = runtimes.get(gpu_of[f"{p.cluster}/{p.node}"], math.inf)
+        faster = {g: t for g, t in runtimes.items() if t < current}
+        plan = _plan_room(after, job, faster, room, capacity, rooms.rank, lambda _: False) if faster else None
+        if plan is None or (current - faster[plan.state.node.gpu_type]) * job.num_gpus <= plan.lost_gpu_s:
+            placements.append(p)
+            continue
+        why = f"{job.job_id} runs on {plan.state.node.gpu_type} instead of {gpu_of[f'{p.cluster}/{p.node}']}"
+        placement, _ = _make(after, job, plan, room, capacity, rooms.rank, why)
+        room.reserve(placement)
+        placements.append(placement)
+    if not room.stops:
+        return decision, after
+    moved = [(r.spec, p) for r, p in room.moved.values()]
+    placed = [(by_id[p.job_id], p) for p in placements]
+    nodes = hold_cards(_release(snapshot.nodes, room.stops, snapshot.running), [*placed, *moved])
+    running = {j: r for j, r in snapshot.running.items() if j not in room.stops}
+    decision = replace(
+        decision,
+        placements=(*placements, *(p for _, p in moved)),
+        preemptions=(*decision.preemptions, *room.stops.values()),
+    )
+    return decision, replace(snapshot, nodes=nodes, running=running)
+
+
 def _after(snapshot: Snapshot, placements) -> Snapshot:
     """`snapshot` with `placements`' cards taken (what the moves may use)."""
     by_id = {j.job_id: j for j in snapshot.pending}
     placed = [(by_id[p.job_id], p) for p in placements if p.job_id in by_id]
     return replace(snapshot, nodes=hold_cards(snapshot.nodes, placed)) if placed else snapshot
+
+
+@dataclass
+class _Plan:
+    """How to free one node for a job: the running jobs to stop or move (with the free option each moves
+    to, None = stop), and the GPU-seconds they lose."""
+
+    state: NodeState
+    victims: list[tuple[str, RunningJob, Option | None]]
+    lost_gpu_s: float
+
+
+def _plan_room(snapshot: Snapshot, job: JobSpec, types, room: _Room, capacity: Capacity, rank, may_stop):
+    """The cheapest `_Plan` to free a node of one of `types` for `job` (one node, whole cards): running jobs
+    `may_stop` allows are stopped, others that checkpoint move to a free card at least as fast elsewhere;
+    None if no node can be freed."""
+    best: _Plan | None = None
+    for state in snapshot.nodes:
+        node = state.node
+        if node.gpu_type not in types or node.gpu_count < job.num_gpus:
+            continue
+        if job_admission_problem(node, job) is not None:
+            continue
+        need_gb = memory_need(job, snapshot.estimates.get(job.job_id, {}).get(node.gpu_type))
+        if need_gb is not None and need_gb > node.gpu_memory_gb:
+            continue
+        free = room.free(state)
+        victims: list[tuple[str, RunningJob, Option | None]] = []
+        targets: set[str] = {node.key}
+        for job_id, running in sorted(
+            _holding(snapshot.running, node.key), key=lambda v: lost_gpu_s(v[1], snapshot.now)
+        ):
+            if free >= job.num_gpus:
+                break
+            if job_id in room.stops:
+                continue
+            option = None
+            if not may_stop(running):
+                option = _elsewhere(capacity, running, room, targets, rank)
+                if option is None:
+                    continue
+                targets.update(f"{option.placement.cluster}/{n}" for n, _ in option.placement.nodes)
+            victims.append((job_id, running, option))
+            free += sum(c for key, c in running.cards if key == node.key)
+        if free < job.num_gpus:
+            continue
+        lost = sum(lost_gpu_s(v, snapshot.now) + snapshot.restart_s * _cards(v) for _, v, _ in victims)
+        if best is None or lost < best.lost_gpu_s:
+            best = _Plan(state, victims, lost)
+    return best
+
+
+def _make(
+    snapshot: Snapshot, job: JobSpec, plan: _Plan, room: _Room, capacity: Capacity, rank, why: str
+) -> tuple[Placement, str]:
+    """Carry out `plan` in `room` (the stops and moves, each move's card taken) and return `job`'s
+    placement on the freed node and its GPU type."""
+    state = plan.state
+    for job_id, running, option in plan.victims:
+        # the free card found for a job to move to is taken now (another one if an earlier move took it)
+        option = option and _elsewhere(capacity, running, room, {state.node.key}, rank)
+        lost = lost_gpu_s(running, snapshot.now) / 3600
+        if option is not None:
+            assert running.spec is not None
+            where = f"{option.placement.cluster}/{option.placement.node}"
+            stop = Preemption(
+                job_id, job_id, f"rebalance: moves to {where}: {why}", running.cards, lost, GRACE_S
+            )
+            room.move(stop, running, capacity.take(option, running.spec))
+        else:
+            room.stop(
+                Preemption(job_id, job.job_id, f"rebalance: {why}", running.cards, lost, GRACE_S), running
+            )
+    return Placement(job.job_id, state.node.cluster, state.node.name, job.num_gpus), state.node.gpu_type
+
+
+def _cards(running: RunningJob) -> int:
+    return sum(n for _, n in running.cards)
 
 
 class _Rooms:
@@ -450,6 +523,7 @@ class _Room:
         self.moved: dict[str, tuple[RunningJob, Placement]] = {}
         """job_id -> (the running job, its new placement) of each job moved to make room."""
         self._freed: dict[str, int] = {}
+        self._reserved: set[str] = set()
         self._taken: dict[str, int] = {}
 
     def stop(self, preemption: Preemption, running: RunningJob) -> None:
@@ -475,7 +549,13 @@ class _Room:
         self.moved[preemption.job_id] = (running, placement)
         self.book(placement)
 
+    def reserve(self, placement: Placement) -> None:
+        """Book a placement the capacity does not know of: no move goes to its nodes."""
+        self.book(placement)
+        self._reserved.update(f"{placement.cluster}/{node}" for node, _ in placement.nodes)
+
     def blocks(self, placement: Placement) -> bool:
         """Whether `placement` uses a node where jobs were stopped or moved from (whose free cards the
-        capacity does not count as the stops left them)."""
-        return any(f"{placement.cluster}/{node}" in self._freed for node, _ in placement.nodes)
+        capacity does not count as the stops left them), or one reserved."""
+        keys = {f"{placement.cluster}/{node}" for node, _ in placement.nodes}
+        return bool(keys & self._reserved) or any(k in self._freed for k in keys)
