@@ -178,3 +178,47 @@ def test_without_preemption_an_urgent_job_stops_nothing():
     decision = rebalancing().decide(preempting_snapshot(victim()))
     assert decision.preemptions == ()
     assert "v0" not in {p.node for p in decision.placements}
+
+
+# --- gangs gather ------------------------------------------------------------------------------------
+
+
+def gathering_snapshot(wide_v100_s: float) -> Snapshot:
+    """At 1,000 s: V100 node va has 1 of its 2 cards free, the other held by `narrow` (checkpoints every
+    360 s, since 0); V100 node vb has its one card free; the K80 node has 2 free; `anchor` (never
+    checkpoints) holds V100 node vc until 100,000 s, so the bound is far and nothing queued is urgent. The
+    2-card `wide` takes `wide_v100_s` on the V100s and 5,000 s on the K80: greedy alone starts it on the
+    K80, the only node with 2 cards free."""
+    va, vb, vc, k8 = node("va", gpus=2), node("vb", gpus=1), node("vc", gpus=1), node("k8", gpu="k80", gpus=2)
+    narrow = on(va, "narrow", 0.0, {"v100": 10_000.0, "k80": 40_000.0})
+    anchor = on(vc, "anchor", 0.0, {"v100": 100_000.0}, checkpoint_interval_s=None)
+    s = snap([job("wide", gpus=2)], [], {"wide": {"v100": wide_v100_s, "k80": 5000.0}})
+    nodes = (
+        NodeState(va, 1, running=("narrow",)),
+        state(vb),
+        NodeState(vc, 0, running=("anchor",)),
+        state(k8),
+    )
+    running = MappingProxyType({"narrow": narrow, "anchor": anchor})
+    return Snapshot(now=1000.0, pending=s.pending, nodes=nodes, estimates=s.estimates, running=running)
+
+
+def test_a_gang_started_on_a_slow_type_gathers_on_a_fast_node_that_a_narrow_job_moves_off():
+    """`narrow` moves to vb's free V100 (losing 280 s since its last checkpoint and the 60 s restart) and
+    `wide` takes va's two V100s: it saves (5,000 - 1,000) s on each of its 2 cards."""
+    s = gathering_snapshot(wide_v100_s=1000.0)
+    assert {p.job_id: p.node for p in make_policy("greedy").decide(s).placements} == {"wide": "k8"}
+    decision = rebalancing("greedy").decide(s)
+    assert {p.job_id: (p.node, p.num_gpus) for p in decision.placements} == {
+        "wide": ("va", 2),
+        "narrow": ("vb", 1),
+    }
+    (move,) = decision.preemptions
+    assert (move.job_id, move.for_job, move.cards) == ("narrow", "narrow", (("a/va", 1),))
+
+
+def test_a_gang_stays_on_the_slow_type_when_it_would_save_less_than_the_moves_lose():
+    """On the V100s `wide` would save only 2 x 10 s, less than the 340 GPU-seconds `narrow` loses moving."""
+    decision = rebalancing("greedy").decide(gathering_snapshot(wide_v100_s=4990.0))
+    assert {p.job_id: p.node for p in decision.placements} == {"wide": "k8"}
+    assert decision.preemptions == ()
