@@ -11,8 +11,9 @@ left to the end, where they would set the makespan, and from finishing on slow c
    enough cards of one node free by the running jobs' predicted ends) and then running there, it could
    not end before `H` is reached, `makespan_slack` of `H` aside: waiting any longer would push the makespan
    past the bound. Longest first, each starts on the free option where it ends first among the GPU types
-   on which it ends within `H (1 + makespan_slack)`, on the node whose running jobs end last (long jobs
-   gather on the same nodes, so the nodes of short jobs soon free whole for wide ones).
+   on which it ends within `H (1 + makespan_slack)`, on the smallest node, then the one whose running jobs
+   end last (long jobs gather on the same nodes, so the wide nodes of short jobs soon free whole for wide
+   gangs).
 3. **Room for an urgent job** that finds no free option, when the policy may preempt (`preemption=true`):
    the running jobs of one node of such a type make room, that node losing least work. A job that
    checkpoints and can afford it (restarted from its last checkpoint on its slowest GPU type, it would
