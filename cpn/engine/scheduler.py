@@ -640,12 +640,12 @@ class Scheduler:
         """Predicted end and whole cards of each job running on `nodes`, worked out once per job from
         the store (when it started, where) and the estimates (how long it runs there): the only record
         of running jobs a policy gets, so every running job is in it. A service's end is infinite."""
-        running = {job_id for state in nodes for job_id in state.running}
+        running = dict.fromkeys(job_id for state in nodes for job_id in state.running)
         for job_id in [j for j in self._running if j not in running]:
             del self._running[job_id]
             if not self.queue.holds(job_id):
                 self._left.pop(job_id, None)
-        new = running.difference(self._running)
+        new = [job_id for job_id in running if job_id not in self._running]  # inventory order: replays repeat
         if new:
             gpu_of = {(s.node.cluster, s.node.name): s.node.gpu_type for s in nodes}
             for job_id in new:
