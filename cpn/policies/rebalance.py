@@ -159,9 +159,9 @@ class RebalancingPolicy:
         nodes = hold_cards(_release(snapshot.nodes, stops, snapshot.running), taken)
         for job_id in stops:
             del running[job_id]
+        gpu_of = {s.node.key: s.node.gpu_type for s in snapshot.nodes}
         for job_id, (moved, placement) in room.moved.items():
-            cards = tuple((f"{placement.cluster}/{n}", c) for n, c in placement.nodes)
-            running[job_id] = replace(moved, cards=cards)
+            running[job_id] = _resumed(moved, placement, gpu_of, snapshot)
         rest = replace(
             snapshot,
             pending=tuple(j for j in snapshot.pending if j.job_id not in placed),
@@ -469,6 +469,23 @@ def _make(
                 Preemption(job_id, job.job_id, f"rebalance: {why}", running.cards, lost, GRACE_S), running
             )
     return Placement(job.job_id, state.node.cluster, state.node.name, job.num_gpus), state.node.gpu_type
+
+
+def _resumed(
+    running: RunningJob, placement: Placement, gpu_of: dict[str, str], snapshot: Snapshot
+) -> RunningJob:
+    """`running` as it runs again from its last checkpoint on `placement`: its cards and predicted end."""
+    cards = tuple((f"{placement.cluster}/{n}", c) for n, c in placement.nodes)
+    gpu = gpu_of[cards[0][0]]
+    left = running.left_at_checkpoint(snapshot.now, running.gpu_type or "")
+    estimate = running.estimates.get(gpu)
+    if left is None or estimate is None:
+        return replace(running, cards=cards, gpu_type=gpu)
+    restart = snapshot.restart_s
+    end = snapshot.now + restart + left * estimate.runtime_s
+    return replace(
+        running, end=end, cards=cards, gpu_type=gpu, started=snapshot.now, left=left, restart_s=restart
+    )
 
 
 def _cards(running: RunningJob) -> int:
