@@ -92,7 +92,7 @@ class RebalancingPolicy:
         decision = self.inner.decide(rest) if rest.pending else Decision()
         decision, after = _gather(rest, decision)
         stopping = {p.job_id for p in decision.preemptions} | stops.keys()
-        moves, placed = self._moves(after, bound, stopping)
+        moves, placed = _moves(after, stopping)
         preemptions = tuple(stops.values()) + moves
         if not urgent and not preemptions:
             return decision
@@ -197,66 +197,63 @@ class RebalancingPolicy:
         why = f"{job.job_id} would end past the makespan's bound ({bound.end:.0f}) if it waited longer"
         return _make(snapshot, job, plan, room, capacity, rank, why)
 
-    def _moves(
-        self, snapshot: Snapshot, bound: Bound, stopping: set[str]
-    ) -> tuple[tuple[Preemption, ...], list[Placement]]:
-        """Running jobs moved to faster free cards (module doc, 6): their preemptions and new placements."""
-        if not any(s.free_gpus for s in snapshot.nodes):
-            return (), []
-        movable = [
-            (job_id, r)
-            for job_id, r in snapshot.running.items()
-            if job_id not in stopping
-            and r.spec is not None
-            and r.preemptible
-            and r.checkpoint_interval_s
-            and r.gpu_type is not None
-            and r.end < math.inf
-            and not is_sharing(r.spec)
-        ]
-        if not movable:
-            return (), []
-        rooms = _Rooms(snapshot)
-        estimates = ChainMap({job_id: r.estimates for job_id, r in movable}, snapshot.estimates)
-        capacity = Capacity(replace(snapshot, estimates=estimates))
-        out: list[Preemption] = []
-        placed: list[Placement] = []
-        for job_id, running in sorted(movable, key=lambda m: -m[1].end):
-            left = running.left_at_checkpoint(snapshot.now, running.gpu_type)
-            if left is None:
-                continue
-            assert running.spec is not None and running.checkpoint_interval_s
-            sooner = running.end - running.checkpoint_interval_s
-            ends = {
-                g: snapshot.now + snapshot.restart_s + left * e.runtime_s
-                for g, e in running.estimates.items()
-                if g != running.gpu_type and e.runtime_s < math.inf
-            }
-            ends = {g: t for g, t in ends.items() if t < sooner}
-            if not ends:
-                continue
-            options = capacity.fit(running.spec, ends, rooms.rank).options
-            if not options:
-                continue
-            best = min(
-                options, key=lambda o: ends[o.gpu_type] + running.transfer_s.get(o.placement.cluster, 0.0)
+
+def _moves(snapshot: Snapshot, stopping: set[str]) -> tuple[tuple[Preemption, ...], list[Placement]]:
+    """Running jobs moved to faster free cards (module doc, 6): their preemptions and new placements."""
+    if not any(s.free_gpus for s in snapshot.nodes):
+        return (), []
+    movable = [
+        (job_id, r)
+        for job_id, r in snapshot.running.items()
+        if job_id not in stopping
+        and r.spec is not None
+        and r.preemptible
+        and r.checkpoint_interval_s
+        and r.gpu_type is not None
+        and r.end < math.inf
+        and not is_sharing(r.spec)
+    ]
+    if not movable:
+        return (), []
+    rooms = _Rooms(snapshot)
+    estimates = ChainMap({job_id: r.estimates for job_id, r in movable}, snapshot.estimates)
+    capacity = Capacity(replace(snapshot, estimates=estimates))
+    out: list[Preemption] = []
+    placed: list[Placement] = []
+    for job_id, running in sorted(movable, key=lambda m: -m[1].end):
+        left = running.left_at_checkpoint(snapshot.now, running.gpu_type)
+        if left is None:
+            continue
+        assert running.spec is not None and running.checkpoint_interval_s
+        sooner = running.end - running.checkpoint_interval_s
+        ends = {
+            g: snapshot.now + snapshot.restart_s + left * e.runtime_s
+            for g, e in running.estimates.items()
+            if g != running.gpu_type and e.runtime_s < math.inf
+        }
+        ends = {g: t for g, t in ends.items() if t < sooner}
+        if not ends:
+            continue
+        options = capacity.fit(running.spec, ends, rooms.rank).options
+        if not options:
+            continue
+        best = min(options, key=lambda o: ends[o.gpu_type] + running.transfer_s.get(o.placement.cluster, 0.0))
+        end = ends[best.gpu_type] + running.transfer_s.get(best.placement.cluster, 0.0)
+        if end >= sooner:
+            continue
+        placed.append(capacity.take(best, running.spec))
+        out.append(
+            Preemption(
+                job_id,
+                job_id,
+                f"rebalance: moves from {running.gpu_type} to {best.gpu_type}, "
+                f"ending at {end:.0f} instead of {running.end:.0f}",
+                running.cards,
+                lost_gpu_s(running, snapshot.now) / 3600,
+                GRACE_S,
             )
-            end = ends[best.gpu_type] + running.transfer_s.get(best.placement.cluster, 0.0)
-            if end >= sooner:
-                continue
-            placed.append(capacity.take(best, running.spec))
-            out.append(
-                Preemption(
-                    job_id,
-                    job_id,
-                    f"rebalance: moves from {running.gpu_type} to {best.gpu_type}, "
-                    f"ending at {end:.0f} instead of {running.end:.0f}",
-                    running.cards,
-                    lost_gpu_s(running, snapshot.now) / 3600,
-                    GRACE_S,
-                )
-            )
-        return tuple(out), placed
+        )
+    return tuple(out), placed
 
 
 def makespan_bound(snapshot: Snapshot) -> Bound:
