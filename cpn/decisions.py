@@ -78,6 +78,10 @@ class RunningJob:
     """cluster -> seconds to move its image and data there from where it runs (for a policy that moves
     running jobs; empty: no transfer counted)."""
 
+    def trained_s(self, now: float) -> float:
+        """Seconds its current run has trained by `now`, its restart excluded (0 with no known start)."""
+        return 0.0 if self.started is None else max(0.0, now - self.started - self.restart_s)
+
     def left_at_checkpoint(self, now: float, gpu_type: str) -> float | None:
         """Fraction of the job's work left at its last checkpoint by `now`, running on `gpu_type`: what a
         run resumed elsewhere would still have to do; None when that is not known (no start, no
@@ -87,8 +91,7 @@ class RunningJob:
             return None
         if not 0 < estimate.runtime_s < math.inf:
             return None
-        trained = max(0.0, now - self.started - self.restart_s)
-        kept = math.floor(trained / self.checkpoint_interval_s) * self.checkpoint_interval_s
+        kept = math.floor(self.trained_s(now) / self.checkpoint_interval_s) * self.checkpoint_interval_s
         return max(0.0, self.left - kept / estimate.runtime_s)
 
 

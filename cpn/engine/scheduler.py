@@ -674,7 +674,7 @@ class Scheduler:
             return RunningJob(math.inf, cards, gpu_type=gpu, **known)
         left = self._left.get(job_id, 1.0)
         restart = self.restart_s if left < 1.0 else 0.0
-        estimates = self._whole_estimates(spec, gpu, tuple(sorted(set(gpu_of.values()))))
+        estimates = self._whole_estimates(spec, gpu, self._estimated_types)
         estimate = estimates.get(gpu) if gpu else None
         end = started + restart + left * estimate.runtime_s if estimate is not None else math.inf
         if not self.rebalances:

@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from cpn.decisions import Decision, Preemption, RunningJob, Snapshot, Waiting
-from cpn.inventory import NodeState
+from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
 from cpn.policies.base import Policy, by_priority
 from cpn.policies.placement import memory_need
@@ -48,6 +48,15 @@ def lost_gpu_s(job: RunningJob, now: float) -> float:
     if job.checkpoint_interval_s is not None:
         elapsed %= job.checkpoint_interval_s
     return elapsed * sum(n for _, n in job.cards)
+
+
+def holds_when_free(snapshot: Snapshot, job: JobSpec, node: Node) -> bool:
+    """Whether `node`, its running jobs stopped, could take `job`'s gang on its own: enough cards, the
+    node's pool and taints and the job's pins (cpn.rules), and the GPU memory the job needs there."""
+    if node.gpu_count < job.num_gpus or job_admission_problem(node, job) is not None:
+        return False
+    need_gb = memory_need(job, snapshot.estimates.get(job.job_id, {}).get(node.gpu_type))
+    return need_gb is None or need_gb <= node.gpu_memory_gb
 
 
 def victim_key(job: RunningJob, now: float) -> tuple[int, float]:
@@ -180,16 +189,13 @@ def _cheapest(
     for node in nodes:
         info = node.state.node
         cls = card_class(info)
-        if info.gpu_count < job.num_gpus or job_admission_problem(info, job) is not None:
+        if not holds_when_free(snapshot, job, info):
             continue
         if not any(use.on(key) < cards and matches(key, cls) for key, cards in use.quota.items()):
             continue
         estimates = snapshot.estimates.get(job.job_id)
         if estimates is not None and info.gpu_type not in estimates:
             continue  # no estimate there: the policy would not place it there
-        need_gb = memory_need(job, (estimates or {}).get(info.gpu_type))
-        if need_gb is not None and need_gb > info.gpu_memory_gb:
-            continue
         if node.free >= job.num_gpus:
             return None
         victims = _victims(snapshot, ledger, use, node, job.num_gpus, taken)

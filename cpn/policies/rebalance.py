@@ -50,9 +50,9 @@ from cpn.decisions import Decision, Placement, Preemption, RunningJob, Snapshot
 from cpn.inventory import NodeState
 from cpn.jobs import JobSpec
 from cpn.policies.base import Policy
-from cpn.policies.placement import Capacity, Option, hold_cards, memory_need, usable_runtimes
-from cpn.policies.preemption import GRACE_S, lost_gpu_s
-from cpn.rules import is_sharing, job_admission_problem
+from cpn.policies.placement import Capacity, Option, hold_cards, usable_runtimes
+from cpn.policies.preemption import GRACE_S, holds_when_free, lost_gpu_s
+from cpn.rules import is_sharing
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,9 @@ class RebalancingPolicy:
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """Urgent starts, then `inner` on the rest, its gangs gathered, then moves (module doc)."""
-        bound = makespan_bound(snapshot)
-        urgent, stops, rest = self._urgent(snapshot, bound)
+        runtimes = {j.job_id: usable_runtimes(snapshot, j) for j in snapshot.pending if not j.is_service}
+        bound = makespan_bound(snapshot, runtimes)
+        urgent, stops, rest = self._urgent(snapshot, bound, runtimes)
         decision = self.inner.decide(rest) if rest.pending else Decision()
         decision, after = _gather(rest, decision)
         stopping = {p.job_id for p in decision.preemptions} | stops.keys()
@@ -103,17 +104,16 @@ class RebalancingPolicy:
         )
 
     def _urgent(
-        self, snapshot: Snapshot, bound: Bound
+        self, snapshot: Snapshot, bound: Bound, usable: dict[str, dict[str, float]]
     ) -> tuple[list[Placement], dict[str, Preemption], Snapshot]:
         """The urgent jobs' placements, the jobs stopped for them, and the snapshot left for the inner
-        policy (those jobs and cards taken, the stopped jobs gone)."""
+        policy (those jobs and cards taken, the stopped jobs gone); `usable`: each queued job's runtimes
+        (placement.usable_runtimes)."""
         h = bound.horizon
         urgent = []
         rooms = _Rooms(snapshot)
         for job in snapshot.pending:
-            if job.is_service:
-                continue
-            runtimes = usable_runtimes(snapshot, job)
+            runtimes = usable.get(job.job_id)
             if not runtimes:
                 continue
             n = 1 if is_sharing(job) else job.num_gpus
@@ -256,13 +256,14 @@ def _moves(snapshot: Snapshot, stopping: set[str]) -> tuple[tuple[Preemption, ..
     return tuple(out), placed
 
 
-def makespan_bound(snapshot: Snapshot) -> Bound:
-    """No schedule of the snapshot's jobs ends before this (module doc, 1)."""
+def makespan_bound(snapshot: Snapshot, usable: dict[str, dict[str, float]]) -> Bound:
+    """No schedule of the snapshot's jobs ends before this (module doc, 1); `usable`: each queued job's
+    runtimes (placement.usable_runtimes)."""
     now = snapshot.now
     latest = now
     gpu_s = 0.0
     for job in snapshot.pending:
-        runtimes = usable_runtimes(snapshot, job) if not job.is_service else {}
+        runtimes = usable.get(job.job_id)
         if runtimes:
             best = min(runtimes.values())
             latest = max(latest, now + best)
@@ -302,8 +303,7 @@ def _left_now(running: RunningJob, now: float) -> tuple[float, int] | None:
     finite = [e.runtime_s for e in running.estimates.values() if e.runtime_s < math.inf]
     if current is None or not finite or running.started is None or not current.runtime_s < math.inf:
         return max(0.0, running.end - now), cards
-    trained = max(0.0, now - running.started - running.restart_s)
-    fraction = max(0.0, running.left - trained / current.runtime_s)
+    fraction = max(0.0, running.left - running.trained_s(now) / current.runtime_s)
     return fraction * min(finite), cards
 
 
@@ -411,12 +411,7 @@ def _plan_room(snapshot: Snapshot, job: JobSpec, types, room: _Room, capacity: C
     best: _Plan | None = None
     for state in snapshot.nodes:
         node = state.node
-        if node.gpu_type not in types or node.gpu_count < job.num_gpus:
-            continue
-        if job_admission_problem(node, job) is not None:
-            continue
-        need_gb = memory_need(job, snapshot.estimates.get(job.job_id, {}).get(node.gpu_type))
-        if need_gb is not None and need_gb > node.gpu_memory_gb:
+        if node.gpu_type not in types or not holds_when_free(snapshot, job, node):
             continue
         free = room.free(state)
         victims: list[tuple[str, RunningJob, Option | None]] = []
