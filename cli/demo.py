@@ -7,9 +7,10 @@ import os
 import sys
 from pathlib import Path
 
-from config.settings import DEMO_DIR, ConfigError
+from cli.policy_options import add_policy_arguments, scheduler_policy
+from config.policies import parse_overrides
+from config.settings import DEMO_DIR, ConfigError, load_profile
 from config.tracking import DEFAULT_TRACKING_URI
-from cpn.policies import POLICIES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo profile)"
     )
-    p.add_argument("--policy", choices=tuple(POLICIES), help="scheduling policy (default: the profile's)")
+    add_policy_arguments(p)
     p.add_argument("--jobs", type=int, help="number of generated jobs (default: the profile's)")
     p.add_argument("--seed", type=int, help="seed of the generated queue (default: the profile's)")
     p.add_argument(
@@ -55,6 +56,11 @@ def run(args: argparse.Namespace) -> int:
     from cli.up import TELEMETRY_OFF, free_port, prefect_server_argv
     from cpn.processes import ServiceFailed, Stopped, Supervisor, stop_on_signals
 
+    try:  # a bad setting fails before any server starts
+        scheduler_policy(args, load_profile(args.config).policy)
+    except (ConfigError, ValueError) as exc:
+        print(f"cpn demo: invalid config: {exc}", file=sys.stderr)
+        return 2
     for key, value in TELEMETRY_OFF.items():
         os.environ.setdefault(key, value)
     try:
@@ -97,6 +103,7 @@ def _run_flow(args: argparse.Namespace) -> int:
             config_dir=args.config,
             out=args.out,
             policy=args.policy,
+            settings=parse_overrides(args.set),
             jobs=args.jobs,
             seed=args.seed,
             estimates=args.estimates,

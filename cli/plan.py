@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from cli.policy_options import add_policy_arguments, scheduler_policy
 from config.runtime import runtime_settings
 from config.settings import DEMO_DIR, ClustersConfig, ConfigError, load_profile
 from cpn.engine.plan import PlannedJob, plan
@@ -46,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo)")
     p.add_argument("--out", required=True, help="folder to write the plan to")
-    p.add_argument("--policy", help="policy name (default: the config's policy.yaml)")
+    add_policy_arguments(p)
     p.add_argument(
         "--estimates",
         default="champion",
@@ -88,6 +89,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
     try:
         profile = load_profile(args.config)
+        policy = scheduler_policy(args, profile.policy)
         jobs: list = []
         for name in args.files:
             jobs += parse_manifests(Path(name).read_text(), name)
@@ -130,12 +132,12 @@ def run_plan(args: argparse.Namespace) -> int:
     planned = plan(
         tuple(jobs),
         nodes,
-        make_policy(args.policy or profile.policy.name),
+        make_policy(policy.settings),
         binders=binders,
         validate=lambda cluster, obj: validate_object(obj, config.cluster(cluster).kubernetes_version),
         estimates=estimates,
         transfer_s={job.job_id: transfers.row(job, job.source_cluster) for job in jobs},
-        cpu_threshold=profile.policy.cpu_threshold,
+        cpu_threshold=policy.cpu_threshold,
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

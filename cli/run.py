@@ -12,6 +12,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from cli.intake import add_security_arguments, security_from_args
+from cli.policy_options import add_policy_arguments, scheduler_policy
 from config.runtime import job_store, runtime_settings
 from config.settings import DEMO_DIR, ClustersConfig, ConfigError, Profile, load_profile
 from config.teams import folder_teams, quota_warnings
@@ -62,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="simulated clusters run this many times faster than the wall clock (default: %(default)s)",
     )
     p.add_argument("--interval", type=float, help="seconds between rounds (default: loop.yaml's interval_s)")
-    p.add_argument("--policy", help="policy name (default: the config's policy.yaml)")
+    add_policy_arguments(p)
     p.add_argument(
         "--estimates",
         default="champion",
@@ -124,13 +125,14 @@ def build(args: argparse.Namespace, profile: Profile) -> Service:
     StoreLeased naming the process that holds a store file's lease, ValueError)."""
     from models.sources import estimate_source
 
-    teams = service_teams(args.config, profile.clusters)  # a bad teams file fails before anything starts
+    policy = scheduler_policy(args, profile.policy)  # a bad setting fails before anything starts
+    teams = service_teams(args.config, profile.clusters)  # so does a bad teams file
     table = ThroughputTable.load(args.throughputs)
     store = job_store(args.store)
     return build_service(
         profile.clusters,
         store,
-        args.policy or profile.policy.name,
+        policy.settings,
         table,
         estimator=estimate_source(
             args.estimates,
@@ -138,7 +140,7 @@ def build(args: argparse.Namespace, profile: Profile) -> Service:
             benchmarks=runtime_settings().predictor_benchmarks,
             clusters=profile.clusters,
         ),
-        cpu_threshold=profile.policy.cpu_threshold,
+        cpu_threshold=policy.cpu_threshold,
         time_scale=args.time_scale,
         purpose="cpn run",
         lease_ttl_s=lease_ttl(_interval(args, profile)),

@@ -34,8 +34,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cli.policy_options import add_policy_arguments, policy_arguments, scheduler_policy
 from config.runtime import RuntimeSettings, hide_password, runtime_settings
-from config.settings import DEMO_DIR, REPO_ROOT
+from config.settings import DEMO_DIR, REPO_ROOT, ConfigError, load_profile
 
 TELEMETRY_OFF = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -64,7 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefect-port", type=int, default=4200, help="Prefect API and UI (default: %(default)s)")
     p.add_argument("--mlflow-port", type=int, default=5000, help="MLflow UI (default: %(default)s)")
     p.add_argument("--api-port", type=int, default=8080, help="cpn's HTTP API (default: %(default)s)")
-    p.add_argument("--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo)")
+    p.add_argument(
+        "--config",
+        default=str(DEMO_DIR),
+        help="config folder of `cpn run` and of every deployment's flow runs (default: the built-in demo)",
+    )
+    add_policy_arguments(p)
     p.add_argument(
         "--time-scale",
         type=float,
@@ -278,6 +284,11 @@ def run(args: argparse.Namespace) -> int:
     if busy:
         print(f"cpn up: port in use: {', '.join(busy)}; choose another with that option", file=sys.stderr)
         return 2
+    try:  # a bad config or setting fails before any server starts
+        scheduler_policy(args, load_profile(args.config).policy)
+    except (ConfigError, ValueError) as exc:
+        print(f"cpn up: {exc}", file=sys.stderr)
+        return 2
     databases = None
     if args.database:
         try:
@@ -296,7 +307,12 @@ def run(args: argparse.Namespace) -> int:
     prefect_url = f"http://127.0.0.1:{args.prefect_port}"
     mlflow_url = f"http://127.0.0.1:{args.mlflow_port}"
     api_url = f"http://127.0.0.1:{args.api_port}"
-    env = service_env(prefect_url, mlflow_url, databases)
+    env = {
+        **service_env(prefect_url, mlflow_url, databases),
+        "CPN_CONFIG": str(Path(args.config).resolve()),
+        "CPN_POLICY": args.policy or "",
+        "CPN_POLICY_SET": ",".join(args.set),
+    }
     if not args.no_auth:
         print(f"cpn up: {ensure_admin_token(settings)}", flush=True)
     py = sys.executable
@@ -344,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
             run_argv = [
                 py, "-c", "import sys; from cli import main; sys.exit(main())", "run",
                 "--config", args.config, "--port", str(args.api_port), "--time-scale", str(args.time_scale),
-                "--estimates", args.estimates,
+                "--estimates", args.estimates, *policy_arguments(args),
             ]  # fmt: skip
             run_argv += ["--no-auth"] if args.no_auth else ["--tokens-file", str(settings.tokens_path)]
             sup.wait_ready(mlflow, f"{mlflow_url}/health", args.timeout)

@@ -2,8 +2,19 @@
 
 `cpn.policies.make_policy` builds a policy from one of these (or from a name and overrides); the
 command line's `--set key=value` pairs become overrides through `parse_overrides`. Every model is
-strict: an unknown key or a bad value fails with the field and the reason. The CPU threshold is the
-scheduler's, not a policy's (config.settings.DEFAULT_CPU_THRESHOLD, `PolicySettings.cpu_threshold`).
+strict: an unknown key or a bad value fails with the field and the reason.
+
+`SchedulerPolicy` is what a config folder's `policy.yaml` holds, one flat mapping: the policy's name and
+settings, and the scheduler's CPU threshold (`cpu_threshold`, not a policy's own setting). Every entrance
+(`cpn run`, `cpn up`, `cpn plan`, `cpn demo`, the Prefect flows, `cpn bench`) reads it through
+`SchedulerPolicy.of` and applies `--policy`/`--set` through `SchedulerPolicy.overridden`, so that the
+service decides as the benchmark does::
+
+    name: milp
+    preemption: true
+    rebalance: true
+    time_limit_s: 2
+    cpu_threshold: 0.7
 """
 
 from __future__ import annotations
@@ -13,7 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 
-class _PolicyBase(BaseModel):
+class BasePolicySettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     preemption: bool = Field(
@@ -40,13 +51,13 @@ class _PolicyBase(BaseModel):
     )
 
 
-class FifoSettings(_PolicyBase):
+class FifoSettings(BasePolicySettings):
     """First in, first out (by priority, then arrival); `fifo-naive` ignores GPU memory."""
 
     name: Literal["fifo", "fifo-naive"] = "fifo"
 
 
-class SjfSettings(_PolicyBase):
+class SjfSettings(BasePolicySettings):
     """Shortest estimated job first (by priority, then runtime)."""
 
     name: Literal["sjf"] = "sjf"
@@ -65,14 +76,14 @@ def _pessimism(default: float) -> Any:
     )
 
 
-class GreedySettings(_PolicyBase):
+class GreedySettings(BasePolicySettings):
     """Earliest predicted finish on what is free now (jobs by priority, then arrival)."""
 
     name: Literal["greedy"] = "greedy"
     pessimism: float = _pessimism(1.0)
 
 
-class MilpSettings(_PolicyBase):
+class MilpSettings(BasePolicySettings):
     """The queue optimiser (docs/optimiser.md): a MILP over GPU groups and time buckets."""
 
     name: Literal["milp"] = "milp"
@@ -126,6 +137,13 @@ POLICY_NAMES: tuple[str, ...] = ("fifo-naive", "fifo", "sjf", "greedy", "milp")
 """Every policy name, as the command line and reports spell it."""
 
 
+DEFAULT_CPU_THRESHOLD = 0.7
+"""A node whose CPU in use is above this fraction of its cores takes no more jobs (the seed's 70%)."""
+
+DEFAULT_POLICY = "fifo"
+"""The policy of a config folder without a `policy.yaml`, or one that names none."""
+
+
 class PolicySettingsError(ValueError):
     """Settings that name an unknown policy, an unknown key, or a bad value."""
 
@@ -144,10 +162,100 @@ def policy_settings(name: str, **overrides: Any) -> PolicySettings:
         raise PolicySettingsError(f"policy {name}: {'; '.join(problems)}") from None
 
 
+def cpu_threshold_of(value: Any, where: str = "cpu_threshold") -> float:
+    """The scheduler's CPU threshold from a YAML number or a `--set` string; PolicySettingsError naming
+    `where` unless it is a number in (0, 1]."""
+    try:
+        threshold = float(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        threshold = None
+    if threshold is None or not 0 < threshold <= 1:
+        raise PolicySettingsError(
+            f"{where}: {value!r} is not a number in (0, 1] (a fraction of a node's cores)"
+        )
+    return threshold
+
+
+class SchedulerPolicy(BaseModel):
+    """How the scheduler decides: the policy with its settings, and the node CPU threshold (`policy.yaml`;
+    read it with `SchedulerPolicy.of`, which takes the file's flat mapping and names the field at fault)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    settings: PolicySettings = Field(default_factory=lambda: policy_settings(DEFAULT_POLICY))
+    cpu_threshold: float = Field(
+        DEFAULT_CPU_THRESHOLD,
+        gt=0,
+        le=1,
+        description="A node whose CPU load is above this fraction takes no more jobs.",
+    )
+
+    @property
+    def name(self) -> str:
+        """The policy's name (`fifo`, `greedy`, `milp`, ...)."""
+        return self.settings.name
+
+    @classmethod
+    def of(cls, raw: Any) -> SchedulerPolicy:
+        """From `policy.yaml`'s flat mapping (`name`, the policy's settings, `cpu_threshold`; None or empty:
+        the defaults). PolicySettingsError naming the field that is wrong."""
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise PolicySettingsError(
+                f"expected a mapping of settings (name: ..., ...), got {type(raw).__name__}"
+            )
+        rest = dict(raw)
+        cpu = rest.pop("cpu_threshold", DEFAULT_CPU_THRESHOLD)
+        name = rest.pop("name", DEFAULT_POLICY)
+        if not isinstance(name, str):
+            raise PolicySettingsError(
+                f"name: {name!r} is not a policy name; known: {', '.join(POLICY_NAMES)}"
+            )
+        return cls(settings=policy_settings(name, **rest), cpu_threshold=cpu_threshold_of(cpu))
+
+    def overridden(self, name: str | None = None, overrides: dict[str, str] | None = None) -> SchedulerPolicy:
+        """These settings under another policy `name` (its own defaults, keeping the settings given here
+        that it also takes: `preemption`, `rebalance`, ...) and with `overrides` (`--set` pairs;
+        `cpu_threshold` is the scheduler's). PolicySettingsError naming a key the policy does not take or a
+        bad value."""
+        overrides = dict(overrides or {})
+        cpu = (
+            cpu_threshold_of(overrides.pop("cpu_threshold"), "--set cpu_threshold")
+            if "cpu_threshold" in overrides
+            else self.cpu_threshold
+        )
+        settings = self.settings
+        if name is not None and name != settings.name:
+            if name not in POLICY_NAMES:
+                raise PolicySettingsError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
+            given = settings.model_dump(exclude={"name"}, exclude_unset=True)
+            kept = {k: v for k, v in given.items() if k in setting_keys(name)}
+            settings = policy_settings(name, **kept)
+        if overrides:
+            unknown = sorted(set(overrides) - set(setting_keys(settings.name)))
+            if unknown:
+                known = ", ".join((*setting_keys(settings.name), "cpu_threshold"))
+                raise PolicySettingsError(
+                    f"--set {', '.join(unknown)}: policy {settings.name} has no such setting; known: {known}"
+                )
+            given = settings.model_dump(exclude={"name"}, exclude_unset=True)
+            settings = policy_settings(settings.name, **{**given, **overrides})
+        return SchedulerPolicy(settings=settings, cpu_threshold=cpu)
+
+
 def setting_keys(name: str) -> tuple[str, ...]:
     """The keys policy `name` takes besides `name` itself."""
     model = type(policy_settings(name))
     return tuple(k for k in model.model_fields if k != "name")
+
+
+def run_name(settings: PolicySettings) -> str:
+    """The policy's name, with the settings that differ from its defaults: `milp(objective=makespan)`."""
+    changed = settings.model_dump(exclude_defaults=True, exclude={"name"})
+    if not changed:
+        return settings.name
+    return f"{settings.name}({','.join(f'{k}={v}' for k, v in changed.items())})"
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, str]:

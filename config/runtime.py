@@ -4,9 +4,10 @@
 artifacts in `mlruns/` beside it), ingested benchmark scores (`benchmarks.yaml`, from the logs in
 `benchmark-logs/`) and the logs of `cpn up`'s services (`logs/`). `CPN_STORE` and `CPN_TRACKING_URI`
 override one of them; the job store may also be a PostgreSQL database (`CPN_STORE=postgresql://...`,
-docs/store.md). Every path is made absolute when the settings are read, so a command run from
-another directory, a Prefect worker whose flow runs change directory, and the MLflow server all see the
-same files.
+docs/store.md). `CPN_CONFIG` names the config folder of the running cpn (`cpn up` sets it for its
+worker). Every path is made absolute when the settings are read, so a command run from another
+directory, a Prefect worker whose flow runs change directory, and the MLflow server all see the same
+files.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config.benchmarks import BENCHMARKS_YAML
+from config.policies import parse_overrides
+from config.settings import DEMO_DIR
 
 
 class RuntimeSettings(BaseSettings):
@@ -50,7 +53,25 @@ class RuntimeSettings(BaseSettings):
         None, description="Base URL of the MLflow UI on this store (CPN_MLFLOW_UI; `cpn up` sets it)."
     )
 
-    @field_validator("home", "tokens_file", mode="after")
+    config: Path | None = Field(
+        None,
+        description="Config folder of the running cpn (CPN_CONFIG; `cpn up` sets it to its --config for "
+        "the Prefect worker, so every deployment's flow runs on the clusters and policy the service "
+        "runs); default: the built-in demo profile.",
+    )
+
+    policy: str | None = Field(
+        None,
+        description="Policy replacing the config folder's (CPN_POLICY; `cpn up --policy` sets it for the "
+        "worker).",
+    )
+    policy_set: str = Field(
+        "",
+        description="Policy settings overriding the config folder's policy.yaml, `KEY=VALUE` pairs separated "
+        "by commas (CPN_POLICY_SET; `cpn up --set` sets it for the worker).",
+    )
+
+    @field_validator("home", "tokens_file", "config", mode="after")
     @classmethod
     def _absolute(cls, path: Path | None) -> Path | None:
         return None if path is None else path.expanduser().resolve()
@@ -66,6 +87,16 @@ class RuntimeSettings(BaseSettings):
         if uri is None or not uri.startswith("sqlite:///"):
             return uri
         return sqlite_uri(Path(uri.removeprefix("sqlite:///")))
+
+    @property
+    def config_dir(self) -> Path:
+        """The config folder flows and commands use when none is named: CPN_CONFIG, else the demo's."""
+        return self.config or DEMO_DIR
+
+    @property
+    def policy_overrides(self) -> dict[str, str]:
+        """CPN_POLICY_SET as `--set` pairs (ValueError naming a pair that is not KEY=VALUE)."""
+        return parse_overrides([p for p in self.policy_set.split(",") if p.strip()])
 
     @property
     def store_path(self) -> Path | str:

@@ -13,6 +13,8 @@ from typing import Annotated, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from config.policies import PolicySettingsError, SchedulerPolicy
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """Root of the checkout; built-in data and profiles are found relative to it."""
 
@@ -21,9 +23,6 @@ DEMO_DIR = REPO_ROOT / "config" / "demo"
 
 DATA_DIR = REPO_ROOT / "data"
 """Measured data shipped with the project (see data/README.md for sources and licences)."""
-
-DEFAULT_CPU_THRESHOLD = 0.7
-"""A node whose CPU in use is above this fraction of its cores takes no more jobs (the seed's 70%)."""
 
 Usage = Literal["training", "inference", "hybrid"]
 """Node pool a node belongs to, as in the seed's `<domain>/node.usage` label and taint."""
@@ -278,21 +277,6 @@ class ClustersConfig(_Strict):
         raise KeyError(f"unknown cluster {name!r}; known: {[c.name for c in self.clusters]}")
 
 
-class PolicySettings(_Strict):
-    """How the scheduler decides."""
-
-    name: str = Field(
-        "fifo",
-        description="Policy name: fifo-naive, fifo, sjf, greedy or milp.",
-    )
-    cpu_threshold: float = Field(
-        DEFAULT_CPU_THRESHOLD,
-        gt=0,
-        le=1,
-        description="A node whose CPU load is above this fraction takes no more jobs.",
-    )
-
-
 class LoopSettings(_Strict):
     """How the live service (`cpn run`) paces its scheduling rounds, and how often it retrains on its own."""
 
@@ -368,11 +352,27 @@ def format_validation_error(exc: ValidationError) -> str:
     return "; ".join(lines)
 
 
+def load_policy(path: Path | str) -> SchedulerPolicy:
+    """A `policy.yaml` (config.policies.SchedulerPolicy: the policy's name and every setting it takes, and
+    `cpu_threshold`), or ConfigError naming the file, the field and the reason."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    try:
+        return SchedulerPolicy.of(raw)
+    except PolicySettingsError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
 class Profile(_Strict):
     """Everything one run needs, from one config folder (clusters.yaml, policy.yaml, demo.yaml)."""
 
     clusters: ClustersConfig
-    policy: PolicySettings = PolicySettings()
+    policy: SchedulerPolicy = SchedulerPolicy()
     demo: DemoSettings = DemoSettings()
     loop: LoopSettings = LoopSettings()
 
@@ -381,12 +381,12 @@ def load_profile(folder: Path | str = DEMO_DIR) -> Profile:
     """Load a config folder; `policy.yaml`, `demo.yaml` and `loop.yaml` are optional."""
     folder = Path(folder)
     clusters = load_model(folder / "clusters.yaml", ClustersConfig)
-    policy = load_model(folder / "policy.yaml", PolicySettings) if (folder / "policy.yaml").exists() else None
+    policy = load_policy(folder / "policy.yaml") if (folder / "policy.yaml").exists() else None
     demo = load_model(folder / "demo.yaml", DemoSettings) if (folder / "demo.yaml").exists() else None
     loop = load_model(folder / "loop.yaml", LoopSettings) if (folder / "loop.yaml").exists() else None
     return Profile(
         clusters=clusters,
-        policy=policy or PolicySettings(),
+        policy=policy or SchedulerPolicy(),
         demo=demo or DemoSettings(),
         loop=loop or LoopSettings(),
     )

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from config.settings import DEFAULT_CPU_THRESHOLD, ClustersConfig
+from config.policies import DEFAULT_CPU_THRESHOLD, BasePolicySettings, PolicySettings
+from config.settings import ClustersConfig
 from cpn.adapters.clusters import ClusterBook, ClusterSet, stored_clusters, stored_config
 from cpn.adapters.gateway import ClusterGateway
 from cpn.adapters.migrator import Migrator
@@ -166,7 +167,7 @@ def _migrator_for(
 def build_service(
     clusters: ClustersConfig,
     store_path: Path | str,
-    policy: str | Policy,
+    policy: str | PolicySettings | Policy,
     table: ThroughputTable,
     *,
     estimator: EstimateSource | None = None,
@@ -182,7 +183,8 @@ def build_service(
 ) -> Service:
     """The scheduler over `clusters` with a job store at `store_path` (see the module doc).
 
-    `table` is the simulated clusters' ground truth; `policy` a policy or its name; `node_load` adjusts
+    `table` is the simulated clusters' ground truth; `policy` a policy, its settings (config.policies) or its
+    name; `node_load` adjusts
     node states by measured load (default, live: the Prometheus of every cluster that names one). A
     live service whose clusters all name a registry copies images with skopeo; otherwise copies are
     simulated. With `time_scale`, the simulated timeline and a journal of the simulated clusters'
@@ -275,7 +277,7 @@ def build_service(
     scheduler = Scheduler(
         store,
         gateway,
-        make_policy(policy) if isinstance(policy, str) else policy,
+        make_policy(policy) if isinstance(policy, str | BasePolicySettings) else policy,
         clock,
         cpu_threshold=cpu_threshold,
         estimator=estimator,
@@ -321,7 +323,7 @@ def build_service(
 def build_simulation(
     clusters: ClustersConfig,
     store_path: Path | str,
-    policy: str | Policy,
+    policy: str | PolicySettings | Policy,
     table: ThroughputTable,
     cpu_threshold: float = DEFAULT_CPU_THRESHOLD,
     estimator: EstimateSource | None = None,

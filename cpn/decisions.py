@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from config.settings import DEFAULT_CPU_THRESHOLD
+from config.policies import DEFAULT_CPU_THRESHOLD
 from cpn.inventory import NodeState
 from cpn.jobs import JobSpec
 

@@ -11,7 +11,7 @@ from prefect import flow, get_run_logger
 from config.benchmarking import load_benchmarking, store_paths
 from config.benchmarks import BENCHMARKS_YAML
 from config.runtime import runtime_settings
-from config.settings import DEMO_DIR, load_profile
+from config.settings import load_profile
 from cpn.bootstrap import build_benchmark_clusters
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from flows.retrain import retrain
@@ -63,14 +63,14 @@ def benchmark_nodes(
     dry_run: bool = False,
     training_table: str | None = None,
 ) -> dict:
-    """Benchmark every node of an unmeasured GPU type (docs/predictor.md): plan, run the jobs where cards
-    are idle, ingest the scores into the benchmarks store, record failures, log the round in MLflow and,
-    when scores changed, retrain the predictor. `config_dir` (default the demo's) holds clusters.yaml and
-    the optional benchmarking.yaml; `throughputs` is the simulated clusters' truth (default Gavel's
-    table), `training_table` the predictor's (default: `throughputs`; another where the simulated world
-    has card types no measured table has). A dry run prints the plan and stops."""
+    """Benchmark every node of an unmeasured GPU type (docs/predictor.md): plan, run the jobs where cards are
+    idle, ingest the scores into the benchmarks store, record failures, log the round in MLflow and, when
+    scores changed, retrain the predictor. `config_dir` (default CPN_CONFIG, else the demo's) holds
+    clusters.yaml and the optional benchmarking.yaml; `throughputs` is the simulated clusters' truth (default
+    Gavel's table), `training_table` the predictor's (default: `throughputs`; another where the simulated
+    world has card types no measured table has). A dry run prints the plan and stops."""
     logger = get_run_logger()
-    folder = config_dir or str(DEMO_DIR)
+    folder = config_dir or str(runtime_settings().config_dir)
     profile, settings = load_profile(folder), load_benchmarking(folder)
     base, out, failures = store_paths(settings)
     table = ThroughputTable.load(throughputs or GAVEL_ISOLATED)

@@ -18,6 +18,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 
 from config.benchmarks import BENCHMARKS_YAML
+from config.policies import run_name
 from config.runtime import runtime_settings, sqlite_uri
 from config.settings import DEMO_DIR
 from cpn.bench.report import format_summary
@@ -87,21 +88,23 @@ def demo(
     seed: int | None = None,
     estimates: str = "oracle",
     tracking_uri: str | None = None,
+    settings: dict[str, str] | None = None,
 ) -> dict:
     """Run the whole pipeline on the simulated clusters of `config_dir` (default: the built-in demo
     profile) and write a report to `out`.
 
-    `policy`, `jobs` and `seed` override the profile's policy.yaml and demo.yaml. `estimates` is what
-    the policy believes about runtimes: `oracle`, `predictor` or `champion` (tasks.predictor), the
-    champion read from `tracking_uri` (default: this cpn home's MLflow store). With `predictor`, the
-    loop closes: the predictor starts without one model of the queue (demo.yaml `held_out_model`), whose
-    jobs are then estimated `explore`; after the rounds it is retrained on the completed runs (MLflow
-    store `out/mlflow.db`) and the explore jobs' runtime errors before and after are printed.
+    `policy`, `settings` (`--set` pairs), `jobs` and `seed` override the profile's policy.yaml and
+    demo.yaml. `estimates` is what the policy believes about runtimes: `oracle`, `predictor` or `champion`
+    (tasks.predictor), the champion read from `tracking_uri` (default: this cpn home's MLflow store). With
+    `predictor`, the loop closes: the predictor starts without one model of the queue (demo.yaml
+    `held_out_model`), whose jobs are then estimated `explore`; after the rounds it is retrained on the
+    completed runs (MLflow store `out/mlflow.db`) and the explore jobs' runtime errors before and after are
+    printed.
     """
     logger = get_run_logger()
     config = config_dir or str(DEMO_DIR)
     profile = load_settings(config)
-    policy_name = policy or profile.policy.name
+    chosen = profile.policy.overridden(policy, settings)
     n_jobs = profile.demo.jobs if jobs is None else jobs
     run_seed = profile.demo.seed if seed is None else seed
     table = ThroughputTable.load(GAVEL_ISOLATED)
@@ -133,9 +136,9 @@ def demo(
     sim = build_simulation(
         profile.clusters,
         store_path,
-        policy_name,
+        chosen.settings,
         table,
-        cpu_threshold=profile.policy.cpu_threshold,
+        cpu_threshold=chosen.cpu_threshold,
         estimator=estimator,
     )
     rounds = Rounds(sim.scheduler, profile.demo.stage_rounds_every_s, logger)
@@ -162,7 +165,8 @@ def demo(
     measured = collect_completions(str(store_path), sim.nodes)
     logger.info("%d completed jobs measured their run time for the predictor", len(measured))
 
-    title = f"cpn demo: {len(accepted)} jobs, policy {policy_name}, {estimates} estimates, seed {run_seed}"
+    label = run_name(chosen.settings)
+    title = f"cpn demo: {len(accepted)} jobs, policy {label}, {estimates} estimates, seed {run_seed}"
     summary = write_report(sim, str(out_dir), title)
     print(format_summary(summary, title=title))
     if unseen:

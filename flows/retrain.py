@@ -14,7 +14,6 @@ import time
 from prefect import flow, get_run_logger
 
 from config.runtime import job_store, runtime_settings, store_exists
-from config.settings import DEMO_DIR
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.inventory import nodes_from_config
 from tasks.config import load_settings
@@ -37,9 +36,9 @@ def retrain(
     model is better. Returns one entry per estimator trained (none when not due).
 
     `store`, `benchmarks` and `tracking_uri` default to this cpn home's ($CPN_HOME): its job store, its
-    ingested benchmarks (else the shipped ones) and its MLflow store; `config_dir` to the built-in demo
-    profile, `throughputs` to Gavel's measured table. A home with no job store yet
-    (a fresh checkout) has no completions: the first run trains on the table alone.
+    ingested benchmarks (else the shipped ones) and its MLflow store; `config_dir` to CPN_CONFIG (as
+    `cpn up` sets it), else the built-in demo profile, `throughputs` to Gavel's measured table. A home with
+    no job store yet (a fresh checkout) has no completions: the first run trains on the table alone.
     """
     from models.retrain import RetrainSchedule
 
@@ -50,7 +49,7 @@ def retrain(
     if benchmarks is None:
         benchmarks = str(settings.predictor_benchmarks)
     schedule = RetrainSchedule(every_completions, every_s)
-    profile = load_settings(config_dir or str(DEMO_DIR))
+    profile = load_settings(config_dir or str(runtime_settings().config_dir))
     if store_exists(store_path):
         runs = collect_completions(str(store_path), nodes_from_config(profile.clusters))
     else:

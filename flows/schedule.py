@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from prefect import flow, get_run_logger
 from prefect.utilities.annotations import quote
 
-from config.settings import DEMO_DIR
+from config.runtime import runtime_settings
 from cpn.adapters.gateway import JobEvent
 from cpn.decisions import Decision, Placement, Snapshot
 from cpn.engine.scheduler import RoundResult, Scheduler, run_stages
@@ -99,19 +99,21 @@ def schedule_round(
     clusters: list[str] | None = None,
     estimates: str = "champion",
     config_dir: str | None = None,
+    settings: dict[str, str] | None = None,
 ) -> RoundResult:
-    """One round on the clusters of `config_dir` (default: the built-in demo profile) over the job store
-    of this cpn home ($CPN_HOME).
+    """One round on the clusters of `config_dir` (default: CPN_CONFIG, as `cpn up` sets it, else the
+    built-in demo profile) over the job store of this cpn home ($CPN_HOME).
 
-    `policy` overrides the profile's; `dry_run` only reads: it decides and publishes the decision table,
-    with the store opened read-only and nothing reconciled, collected, assigned, migrated or submitted;
+    `policy` and `settings` (`{"preemption": "true"}`, as `--set` pairs) override the profile's policy.yaml
+    (config.policies.SchedulerPolicy.overridden); `dry_run` only reads: it decides and publishes the decision
+    table, with the store opened read-only and nothing reconciled, collected, assigned, migrated or submitted;
     `clusters` limits placement to those clusters; `estimates` names the estimate source: champion (the
-    registered model, trained first if this home's MLflow store has none), predictor, or oracle or
-    noisy:SIGMA (simulated clusters only). A run that is not dry fails with StoreLeased, naming the holder,
-    while another process (`cpn run`) schedules the store.
+    registered model, trained first if this home's MLflow store has none), predictor, or oracle or noisy:SIGMA
+    (simulated clusters only). A run that is not dry fails with StoreLeased, naming the holder, while another
+    process (`cpn run`) schedules the store.
     """
-    profile = load_settings(config_dir or str(DEMO_DIR))
-    service = open_service(profile, policy, estimates, dry_run=dry_run)
+    profile = load_settings(config_dir or str(runtime_settings().config_dir))
+    service = open_service(profile, profile.policy.overridden(policy, settings), estimates, dry_run=dry_run)
     try:
         return run_round(service.scheduler, dry_run=dry_run, clusters=clusters or ())
     finally:

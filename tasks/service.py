@@ -7,6 +7,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import TaskRun
 from prefect.states import State
 
+from config.policies import SchedulerPolicy
 from config.runtime import runtime_settings
 from config.settings import Profile
 from cpn.bootstrap import Service, build_service
@@ -24,16 +25,16 @@ def _not_leased(task: Task, run: TaskRun, state: State) -> bool:
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=_not_leased)
 def open_service(
     profile: Profile,
-    policy: str | None = None,
+    policy: SchedulerPolicy | None = None,
     estimates: str = "champion",
     time_scale: float = 1.0,
     dry_run: bool = False,
 ) -> Service:
-    """The live service over this cpn home's job store and the profile's clusters, as `cpn run` builds
-    it (simulated clusters where the profile names no real one, resumed from their journal beside the
-    store), brought up to date: journal replayed, store reconciled with what the clusters hold.
-    `estimates` names the estimate source (models.sources; the champion by default, trained first if
-    the store has none).
+    """The live service over this cpn home's job store and the profile's clusters, as `cpn run` builds it
+    (simulated clusters where the profile names no real one, resumed from their journal beside the store),
+    brought up to date: journal replayed, store reconciled with what the clusters hold. `policy` replaces the
+    profile's policy.yaml (`--policy`/`--set` applied); `estimates` names the estimate source (models.sources;
+    the champion by default, trained first if the store has none).
 
     It holds the store's scheduler lease (StoreLeased, naming the holder, while `cpn run` or another
     run holds it). A `dry_run` service instead opens the store read-only and writes nothing: no lease,
@@ -50,10 +51,10 @@ def open_service(
     service = build_service(
         profile.clusters,
         settings.store_path,
-        policy or profile.policy.name,
+        (policy or profile.policy).settings,
         table,
         estimator=source,
-        cpu_threshold=profile.policy.cpu_threshold,
+        cpu_threshold=(policy or profile.policy).cpu_threshold,
         time_scale=time_scale,
         read_only=dry_run,
         purpose="schedule-round",

@@ -14,8 +14,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from config.policies import POLICY_NAMES, PolicySettings, policy_settings, setting_keys
-from config.settings import DATA_DIR, DEFAULT_CPU_THRESHOLD, ClustersConfig, load_model
+from config.policies import (
+    DEFAULT_CPU_THRESHOLD,
+    POLICY_NAMES,
+    PolicySettings,
+    cpu_threshold_of,
+    policy_settings,
+    run_name,
+    setting_keys,
+)
+from config.settings import DATA_DIR, ClustersConfig, load_model
 from config.teams import load_teams
 from cpn.bench.recorder import RecordingPolicy, record_on, solver_summary, start_errors
 from cpn.bench.report import JobTimeline, busy_of, copies_per_job, summarize, timelines
@@ -169,25 +177,12 @@ def run_policy(
     return PolicyRun(run_name(settings), summary, lines, tuple(sim.simulator.executions), settings)
 
 
-def run_name(settings: PolicySettings) -> str:
-    """The policy's name, with the settings that differ from its defaults: `milp(objective=makespan)`."""
-    changed = settings.model_dump(exclude_defaults=True, exclude={"name"})
-    if not changed:
-        return settings.name
-    return f"{settings.name}({','.join(f'{k}={v}' for k, v in changed.items())})"
-
-
 def policy_runs(policies: Sequence[str], overrides: dict[str, str]) -> tuple[list[PolicySettings], float]:
     """Each policy's settings with the `--set` overrides it takes, and the CPU threshold (a scheduler
     setting, `cpu_threshold`). ValueError naming a key no listed policy takes."""
     overrides = dict(overrides)
     cpu = overrides.pop("cpu_threshold", None)
-    try:
-        cpu_threshold = float(cpu) if cpu is not None else DEFAULT_CPU_THRESHOLD
-    except ValueError:
-        raise ValueError(f"--set cpu_threshold={cpu}: give a number in (0, 1]") from None
-    if not 0 < cpu_threshold <= 1:
-        raise ValueError(f"--set cpu_threshold={cpu}: give a number in (0, 1]")
+    cpu_threshold = cpu_threshold_of(cpu, "--set cpu_threshold") if cpu is not None else DEFAULT_CPU_THRESHOLD
     settings = []
     used: set[str] = set()
     for name in policies:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Protocol, TypeVar
 
-from config.settings import DEFAULT_CPU_THRESHOLD
+from config.policies import DEFAULT_CPU_THRESHOLD
 from cpn.adapters.gateway import DELETED_REASON, OOM_REASON, ClusterGateway, JobEvent, SubmitRejected
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.clock import Clock
