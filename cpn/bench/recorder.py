@@ -20,7 +20,7 @@ from cpn.decisions import Decision, Estimate, Snapshot, SolverRound
 from cpn.engine.forecast import Forecaster
 from cpn.engine.scheduler import Scheduler
 from cpn.jobs import JobSpec
-from cpn.policies.base import Policy, looked_forward_with, rebalances
+from cpn.policies.base import Policy, Traits, looked_forward_with
 from cpn.rules import POOLS_FOR_KIND
 
 
@@ -48,9 +48,9 @@ class RecordingPolicy:
         return self.policy.name
 
     @property
-    def rebalances(self) -> bool:
-        """Whether the wrapped policy moves running jobs (cpn.policies.base.rebalances)."""
-        return rebalances(self.policy)
+    def traits(self) -> Traits:
+        """The wrapped policy's (the look replays what it looks with, not the recorder)."""
+        return self.policy.traits
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """The wrapped policy's decision, unchanged."""

@@ -323,8 +323,8 @@ class _Follow:
         new = {j.job_id for j in arrivals}
         if any(p.job_id in new for p in decision.placements):
             return None
-        in_order = getattr(policy, "queue_order", False)
-        skips = getattr(policy, "skips_blocked", False)
+        in_order = policy.traits.queue_order
+        skips = policy.traits.skips_blocked
         old = [j for j in snapshot.pending if j.job_id not in new]
         queue = snapshot.pending
         first_new = next((i for i, j in enumerate(queue) if j.job_id in new), len(queue))
@@ -422,7 +422,7 @@ class Forecaster:
 
     def __init__(self, policy: Policy, keep_plan: bool | None = None, max_share: float | None = None) -> None:
         self.policy = policy
-        self.keep_plan = getattr(policy, "keeps_plan", False) if keep_plan is None else keep_plan
+        self.keep_plan = policy.traits.keeps_plan if keep_plan is None else keep_plan
         self.max_share = max_share
         """At most this share of the wall time goes to looking forward (None: look whenever the last look no
         longer holds). The live service sets it so that a long queue, whose look costs seconds, never holds up

@@ -61,7 +61,7 @@ from cpn.engine.lease import SchedulerLease
 from cpn.engine.queue_view import QueueView
 from cpn.inventory import Node, NodeState
 from cpn.jobs import Cause, IllegalTransition, JobSpec, JobState
-from cpn.policies.base import Policy, looked_forward_with, rebalances
+from cpn.policies.base import Policy, looked_forward_with
 from cpn.policies.placement import hold_cards
 from cpn.rules import EXCLUSIVE_REASON, is_sharing
 from cpn.store import JobStore, LeaseLost, UnknownJob
@@ -710,8 +710,8 @@ class Scheduler:
 
     @property
     def rebalances(self) -> bool:
-        """Whether the policy moves running jobs (cpn.policies.base.rebalances)."""
-        return rebalances(self.policy)
+        """Whether the policy moves running jobs (cpn.policies.base.Traits.rebalances)."""
+        return self.policy.traits.rebalances
 
     def _explain_now(self) -> bool:
         wall = self.clock.monotonic()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from config.policies import FifoSettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot
-from cpn.policies.base import by_priority
+from cpn.policies.base import Traits, by_priority
 from cpn.policies.placement import Capacity
 from cpn.policies.teams import FairQueue
 from cpn.policies.waiting import WaitingExplainer
@@ -25,8 +25,7 @@ from cpn.policies.waiting import WaitingExplainer
 class FifoPolicy:
     """Strict FIFO with first-fit placement; `memory_aware=False` is the seed's naive baseline."""
 
-    queue_order = True
-    """Takes the queue in `by_priority` order (what the forward look may rely on: cpn.engine.forecast)."""
+    traits = Traits(queue_order=True)
 
     def __init__(self, memory_aware: bool = True) -> None:
         self.memory_aware = memory_aware

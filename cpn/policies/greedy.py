@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from config.policies import GreedySettings
 from cpn.decisions import Decision, Placement, QueueLines, Rejection, Snapshot
 from cpn.jobs import JobSpec
-from cpn.policies.base import by_priority
+from cpn.policies.base import Traits, by_priority
 from cpn.policies.placement import (
     NO_ESTIMATE,
     Capacity,
@@ -60,10 +60,7 @@ class GreedyPolicy:
     """Earliest predicted finish over the GPU types free now, jobs in queue order."""
 
     name = "greedy"
-    queue_order = True
-    """Takes the queue in `by_priority` order (what the forward look may rely on: cpn.engine.forecast)."""
-    skips_blocked = True
-    """A job that cannot start now is passed over and changes nothing for the rest (ditto)."""
+    traits = Traits(queue_order=True, skips_blocked=True)
 
     def __init__(self, settings: GreedySettings | None = None) -> None:
         self.settings = settings or GreedySettings()

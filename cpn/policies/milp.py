@@ -29,7 +29,7 @@ import pulp
 from config.policies import GreedySettings, MilpSettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot, SolverRound, Waiting, shape_of
 from cpn.jobs import JobSpec
-from cpn.policies.base import by_priority
+from cpn.policies.base import Traits, by_priority
 from cpn.policies.greedy import GreedyPolicy, service_option
 from cpn.policies.placement import NO_ESTIMATE, Capacity, Group, awaits_benchmark, usable_runtimes
 from cpn.policies.plan import GroupKey, Projection, Releases, releases
@@ -124,9 +124,7 @@ class MilpPolicy:
     """Plans the queue with a MILP each round; see the module and docs/optimiser.md."""
 
     name = "milp"
-    keeps_plan = True
-    """Its waiting jobs' predicted starts are its plan's: the forward look (cpn.engine.forecast) keeps them
-    (looking forward with a solve at every simulated end would cost a solve per queued job)."""
+    traits = Traits(keeps_plan=True)
 
     def __init__(self, settings: MilpSettings | None = None) -> None:
         self.settings = settings or MilpSettings()

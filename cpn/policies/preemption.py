@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from cpn.decisions import Decision, Preemption, RunningJob, Snapshot, Waiting
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
-from cpn.policies.base import Policy, by_priority
+from cpn.policies.base import Policy, by_priority, looked_forward_with
 from cpn.policies.placement import memory_need
 from cpn.policies.teams import Ledger, TeamUse, card_class, matches
 from cpn.rules import is_sharing, job_admission_problem
@@ -79,10 +79,10 @@ class PreemptingPolicy:
     def __init__(self, inner: Policy) -> None:
         self.inner = inner
         self.name = inner.name
-        self.looks_with = inner
-        """The policy the forward look replays in its place (cpn.policies.base.looked_forward_with): the
-        look carries out placements, never preemptions, and this policy places exactly as `inner` does, so
-        replaying it would only add the cost of `reclaim` at every simulated end."""
+        self.traits = replace(inner.traits, looks_with=looked_forward_with(inner))
+        """`inner`'s, but a forward look replays `inner` in its place: the look carries out placements, never
+        preemptions, and this policy places exactly as `inner` does, so replaying it would only add the cost
+        of `reclaim` at every simulated end."""
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """`inner`'s decision with `reclaim`'s preemptions and their jobs' `reclaiming` waits."""

@@ -49,7 +49,7 @@ from cpn.admission import Room
 from cpn.decisions import Decision, Placement, Preemption, RunningJob, Snapshot
 from cpn.inventory import NodeState
 from cpn.jobs import JobSpec
-from cpn.policies.base import Policy
+from cpn.policies.base import Policy, looked_forward_with
 from cpn.policies.placement import Capacity, Option, hold_cards, usable_runtimes
 from cpn.policies.preemption import GRACE_S, holds_when_free, lost_gpu_s
 from cpn.rules import is_sharing
@@ -73,17 +73,15 @@ class RebalancingPolicy:
     """`inner`'s decision around the urgent jobs' starts, plus moves of running jobs to faster cards (module
     doc)."""
 
-    rebalances = True
-    """Decides while nothing is queued, and reads the running jobs' estimates (policies.base.rebalances)."""
-
     def __init__(self, inner: Policy, settings: PolicySettings) -> None:
         self.inner = inner
         self.name = inner.name
         self.slack = settings.makespan_slack
         self.preemption = settings.preemption
-        self.looks_with = getattr(inner, "looks_with", inner)
-        """The policy a forward look replays (cpn.policies.base.looked_forward_with): the look starts
-        jobs, it never stops or moves them."""
+        self.traits = replace(inner.traits, rebalances=True, looks_with=looked_forward_with(inner))
+        """It decides while nothing is queued and reads the running jobs' estimates (Traits.rebalances); a
+        forward look replays the policy `inner` looks with: the look starts jobs, it never stops or moves
+        them."""
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """Urgent starts, then `inner` on the rest, its gangs gathered, then moves (module doc)."""

@@ -19,7 +19,7 @@ import math
 
 from config.policies import SjfSettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot
-from cpn.policies.base import by_priority
+from cpn.policies.base import Traits, by_priority
 from cpn.policies.placement import NO_ESTIMATE, Capacity, awaits_benchmark, usable_runtimes
 from cpn.policies.teams import FairQueue
 from cpn.policies.waiting import WaitingExplainer
@@ -29,9 +29,7 @@ class SjfPolicy:
     """Shortest estimated job first, first fit, skipping jobs that cannot start now."""
 
     name = "sjf"
-    skips_blocked = True
-    """A job that cannot start now is passed over and changes nothing for the rest (what the forward
-    look may rely on: cpn.engine.forecast)."""
+    traits = Traits(skips_blocked=True)
 
     def __init__(self, settings: SjfSettings | None = None) -> None:
         self.settings = settings or SjfSettings()

@@ -12,6 +12,7 @@ from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node
 from cpn.jobs import JobSpec, JobState
 from cpn.policies import make_policy
+from cpn.policies.base import Traits
 from cpn.sim.estimates import OracleEstimates
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.migrator import SimulatedMigrator
@@ -43,6 +44,7 @@ class PlaceOn:
     """Places every queued job on the one card of `cluster` (a literal decision, to test the scheduler)."""
 
     name = "place-on"
+    traits = Traits()
 
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster

@@ -118,8 +118,7 @@ class Counting:
     def __init__(self, name: str) -> None:
         self.policy = make_policy(name)
         self.name = self.policy.name
-        self.queue_order = getattr(self.policy, "queue_order", False)
-        self.skips_blocked = getattr(self.policy, "skips_blocked", False)
+        self.traits = self.policy.traits
         self.decided = 0
 
     def decide(self, snap: Snapshot):

@@ -11,6 +11,7 @@ from cpn.clock import SimClock
 from cpn.decisions import RESTART_S, Decision, Placement, Preemption, Snapshot
 from cpn.engine.scheduler import Scheduler
 from cpn.jobs import JobState
+from cpn.policies.base import Traits
 from cpn.sim.estimates import OracleEstimates
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.truth import LOAD_S, GroundTruth
@@ -30,7 +31,7 @@ class _Scripted:
     nothing queued too (`rebalances`), as a policy that moves running jobs does."""
 
     name = "scripted"
-    rebalances = True
+    traits = Traits(rebalances=True)
 
     def __init__(self) -> None:
         self.next = Decision()

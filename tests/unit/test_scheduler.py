@@ -11,6 +11,7 @@ from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node
 from cpn.jobs import JobSpec, JobState
+from cpn.policies.base import Traits
 from cpn.policies.fifo import FifoPolicy
 from cpn.rules import EXCLUSIVE_REASON
 from cpn.sim.gateway import SimulatedGateway
@@ -120,6 +121,7 @@ def test_job_already_where_it_runs_does_not_migrate():
 
 class NeverPlaces:
     name = "never"
+    traits = Traits()
 
     def decide(self, snapshot: Snapshot) -> Decision:
         return Decision()

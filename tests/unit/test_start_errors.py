@@ -12,6 +12,7 @@ from cpn.bench.report import JobTimeline, copies_per_job
 from cpn.decisions import Decision, Estimate, Snapshot, Waiting
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec, JobState
+from cpn.policies.base import Traits
 
 
 def state(name: str, gpus: int, usage: str = "training") -> NodeState:
@@ -23,6 +24,7 @@ class Scripted:
     """A policy that says, each round, the predicted starts it is given."""
 
     name = "scripted"
+    traits = Traits()
 
     def __init__(self) -> None:
         self.starts: dict[str, float] = {}

@@ -16,7 +16,7 @@ from cpn.decisions import Decision, Snapshot
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.jobs import JobSpec
 from cpn.policies import POLICIES, make_policy
-from cpn.policies.base import Policy
+from cpn.policies.base import Policy, Traits
 from cpn.sim.estimates import OracleEstimates
 from cpn.sim.replay import arrivals_from_jobs, replay
 
@@ -89,6 +89,7 @@ class Rounds:
     fresh: bool
     decided: list[tuple[float, Decision]] = field(default_factory=list)
     _kept: Policy | None = None
+    traits: Traits = field(default_factory=Traits)
 
     def decide(self, snapshot: Snapshot) -> Decision:
         if self.fresh or self._kept is None:
