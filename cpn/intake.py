@@ -32,7 +32,9 @@ GPU-holding pod counts, replicas multiplied out (a Volcano task's `replicas`, a 
 Volcano's TensorFlow example, a ps task and 3 one-GPU workers, needs 3 GPUs. Pods without
 GPUs (the ps task) are not placed by cpn. A `gpu_count` annotation may stand in for the GPU
 limit of each pod (production pods often leave the limit out); when both are given they must
-agree. With neither, each pod of the first template needs one GPU; with no CPU declared, one core.
+agree. With neither, each pod of the first template that pins a GPU product (as the seed's examples
+do, by toleration) needs one GPU; a job that neither asks for nor pins a GPU is refused
+(`CPU_ONLY_REASON`: cpn places GPU jobs). A pod with no CPU declared needs one core.
 What was read, and which of these rules counted the GPUs, is said back with each job (`Reading`).
 
 What the manifest already says about where the job may run narrows cpn's choice: a
@@ -61,9 +63,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from cpn.inventory import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
+from cpn import devices
+from cpn.inventory import GPU_PRODUCT_LABEL
 from cpn.jobs import JobKind, JobSpec, normalise_precision
 from cpn.model_names import model_key
+from cpn.priority_classes import class_priority
 from cpn.rules import POOLS_FOR_KIND, USAGE_TAINT_SUFFIX
 from cpn.safe_yaml import DEFAULT_LIMITS, Budget, LimitExceeded, Limits, clip, dump, load_one
 
@@ -93,17 +97,26 @@ SKIPPED_KINDS = frozenset(
 )
 """Kinds that travel beside a job in one file and are skipped; any other kind is an error."""
 
+GPU_RESOURCE = "nvidia.com/gpu"
+"""Extended resource name of NVIDIA GPUs in container resource limits."""
+
 _PRODUCT_KEY = GPU_PRODUCT_LABEL
-_MEMORY_KEY = GPU_MEMORY_LABEL
 _USAGE_SUFFIX = USAGE_TAINT_SUFFIX
+
+CPU_ONLY_REASON = (
+    f"cpn places GPU jobs; this job asks for no GPU (no pod has a {GPU_RESOURCE} limit or pins a GPU, and "
+    "it has no gpu_count annotation): submit it to the cluster directly, or give the pods that need cards "
+    f'a resources.limits["{GPU_RESOURCE}"]'
+)
+"""Why a job none of whose pods asks for a GPU is refused: cpn's placement counts cards (a gang's CPU is
+shared out per card), so a job of none has no place in it, and charging it a card it does not use would
+keep that card from a GPU job."""
 
 MAX_GPUS = 1024
 """Most GPUs one pod may ask for (the largest nodes hold 8 to 16; this leaves room, not 10^24)."""
 MAX_CPU = 100_000
 """Most CPU cores one pod may ask for."""
 
-GPU_RESOURCE = "nvidia.com/gpu"
-"""Extended resource name of NVIDIA GPUs in container resource limits."""
 
 _SUPPORTED_TEXT = ", ".join(f"{api} {kind}" for api, kind in SUPPORTED_KINDS)
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -292,9 +305,13 @@ class Reading:
     """Least card memory its manifest requires (`nvidia.com/gpu.memory`); None: any."""
     cpu: float
     """CPU cores of its GPU-holding pods in all."""
+    notes: tuple[str, ...] = ()
+    """What intake did to the job or assumed of its clusters, told when it is accepted: the objects of the
+    file carried with it, the ones its clusters must already hold, where its priority came from, other
+    schedulers' queue labels removed (`_with_companions`). Not kept: a job shown later has none."""
 
     @classmethod
-    def of(cls, spec: JobSpec, gpus_from: str | None = None) -> Reading:
+    def of(cls, spec: JobSpec, gpus_from: str | None = None, notes: tuple[str, ...] = ()) -> Reading:
         """The reading of accepted `spec`; without `gpus_from`, that is read again from its stored manifest
         by the rules that counted it (a job shown after it was accepted)."""
         sizes = spec.pod_gpus or (spec.num_gpus,)
@@ -311,6 +328,7 @@ class Reading:
             gpu_mem_gb=spec.gpu_mem_gb,
             gpu_memory_min_gb=spec.gpu_memory_min_gb,
             cpu=spec.cpu,
+            notes=notes,
         )
 
     def summary(self) -> str:
@@ -329,7 +347,7 @@ class Reading:
         ]
         if self.gpu_memory_min_gb is not None:
             parts.append(f"cards of at least {self.gpu_memory_min_gb:g} GB")
-        return "; ".join([*parts, _count(self.cpu, "CPU")])
+        return "; ".join([*parts, _count(self.cpu, "CPU"), *self.notes])
 
 
 def _count(n: float, unit: str) -> str:
@@ -366,7 +384,7 @@ def read_manifests(
     read: list[tuple[JobSpec, str]] = []
     first_doc_of: dict[str, int] = {}
     skipped: list[str] = []
-    services: list[dict] = []
+    beside: list[dict] = []
     for number, (first_line, chunk) in enumerate(pieces, start=1):
         if len(problems) >= MAX_PROBLEMS:
             break
@@ -392,8 +410,7 @@ def read_manifests(
         if parsed is None:
             if not collector.problems:
                 skipped.append(str(doc.get("kind")))
-                if doc.get("kind") == "Service" and doc.get("apiVersion") == "v1":
-                    services.append(doc)
+                beside.append(doc)
             continue
         first_doc_of[parsed[0].job_id] = number
         read.append(parsed)
@@ -405,8 +422,11 @@ def read_manifests(
         problems = problems[:MAX_PROBLEMS] + [Problem(0, None, "", f"{more} more problem(s) not listed")]
     if problems:
         raise IntakeError(source, problems)
-    specs = _with_services([spec for spec, _ in read], services)
-    return [(spec, Reading.of(spec, gpus_from)) for spec, (_, gpus_from) in zip(specs, read, strict=True)]
+    done = [_with_companions(spec, beside) for spec, _ in read]
+    return [
+        (spec, Reading.of(spec, gpus_from, notes))
+        for (spec, notes), (_, gpus_from) in zip(done, read, strict=True)
+    ]
 
 
 def _stored_gpus_from(spec: JobSpec) -> str:
@@ -421,30 +441,181 @@ def _stored_gpus_from(spec: JobSpec) -> str:
     return gang.gpus_from
 
 
-def _with_services(specs: list[JobSpec], services: list[dict]) -> list[JobSpec]:
-    """Each Deployment's manifest followed by the Services of the stream that select its pods, so that
-    they are submitted with it to the cluster it is placed on."""
-    if not services:
-        return specs
-    out = []
-    for spec in specs:
-        doc = yaml.safe_load(spec.manifest) if spec.kind == "inference" else None
-        template = ((doc or {}).get("spec") or {}).get("template") or {}
-        labels = (template.get("metadata") or {}).get("labels") or {}
-        namespace = spec.job_id.split("/")[0]
-        mine = [
-            svc
-            for svc in services
-            if isinstance(selector := (svc.get("spec") or {}).get("selector"), dict)
+QUEUE_LABELS = (
+    "kueue.x-k8s.io/queue-name",
+    "kueue.x-k8s.io/priority-class",
+    "volcano.sh/queue-name",
+    "scheduling.volcano.sh/queue-name",
+    "yunikorn.apache.org/queue",
+    "queue",
+)
+"""Labels and annotations by which other schedulers queue a workload (Kueue's LocalQueue and
+WorkloadPriorityClass, Volcano's queue, YuniKorn's queue). cpn has placed the job when it submits it: left
+on the object, a cluster running that scheduler would hold it again in a queue that may not exist there."""
+
+COMPANION_KINDS = ("ConfigMap", "Secret", "PersistentVolumeClaim", "Service")
+"""Kinds of the objects a job's pods reference that travel with it (`_with_companions`)."""
+
+
+def _with_companions(spec: JobSpec, beside: list[dict]) -> tuple[JobSpec, tuple[str, ...]]:
+    """`spec` finished with what the other documents of its file say, and notes of what intake did.
+
+    - Its manifest is followed by the objects of the file its pods need, so that they are submitted with
+      it to whichever cluster it is placed on: the ConfigMaps, Secrets and PersistentVolumeClaims its
+      pods mount or read (volumes, projected volumes, env, envFrom, imagePullSecrets) and the Services
+      that select its pods, of its namespace. One referenced but not in the file is accepted, and the
+      note says the cluster must already hold it: Secrets are seldom shipped in job files, and clusters
+      often hold shared ConfigMaps and claims; refusing would turn away jobs the cluster runs. A
+      reference marked `optional` needs nothing.
+    - Its priority comes from its pods' `priorityClassName` (cpn.priority_classes), unless its own
+      `priority` annotation says it; the PriorityClass objects of the file define classes.
+    - Other schedulers' queue labels (QUEUE_LABELS) and a Volcano Job's `spec.queue` are removed.
+    """
+    doc = yaml.safe_load(spec.manifest)
+    notes: list[str] = []
+    namespace = spec.job_id.split("/")[0]
+    pod_specs, pod_labels = _pod_parts(doc)
+    changed = _drop_queue_labels(doc, notes)
+    priority = _class_priority(doc, pod_specs, beside, notes)
+    wanted = {(kind, name): optional for pod in pod_specs for kind, name, optional in _references(pod)}
+    mine: list[dict] = []
+    for obj in beside:
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        kind, name = obj.get("kind"), meta.get("name")
+        if kind not in COMPANION_KINDS or meta.get("namespace", "default") != namespace:
+            continue
+        selector = (obj.get("spec") or {}).get("selector") if kind == "Service" else None
+        if (kind, name) in wanted or (
+            isinstance(selector, dict)
             and selector
-            and selector.items() <= labels.items()
-            and (svc.get("metadata") or {}).get("namespace", "default") == namespace
-        ]
-        if mine:
-            extra = "".join("---\n" + yaml.dump(svc, Dumper=_SafeDumper, sort_keys=False) for svc in mine)
-            spec = replace(spec, manifest=spec.manifest + extra)
-        out.append(spec)
-    return out
+            and any(selector.items() <= lab.items() for lab in pod_labels)
+        ):
+            mine.append(obj)
+            wanted.pop((kind, name), None)
+    for (kind, name), optional in sorted(wanted.items()):
+        if not optional:
+            notes.append(f"{kind} {name} is not in the file: the cluster it runs on must already hold it")
+    if mine:
+        notes.append("carried with it: " + ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in mine))
+    manifest = dump(doc) if changed else spec.manifest
+    manifest += "".join("---\n" + dump(obj) for obj in mine)
+    return replace(spec, manifest=manifest, priority=priority), tuple(notes)
+
+
+def _pod_parts(doc: dict) -> tuple[list[dict], list[dict]]:
+    """The pod specs and pod labels of every pod template of an accepted workload."""
+    col = _Collector(1, doc)  # not reported: the workload passed intake
+    pods = _pod_templates(doc, doc["apiVersion"], col)
+    specs = [p.spec for p in pods]
+    labels = []
+    for pod in pods:
+        template = _at(doc, pod.field)
+        meta = template.get("metadata") if isinstance(template, dict) else None
+        found = meta.get("labels") if isinstance(meta, dict) else None
+        labels.append(found if isinstance(found, dict) else {})
+    return specs, labels
+
+
+def _at(doc: dict, field: str) -> Any:
+    """The value at a dotted field path with list indexes (`spec.tasks[0].template`)."""
+    value: Any = doc
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", field):
+        if part.startswith("["):
+            value = value[int(part[1:-1])] if isinstance(value, list) else None
+        else:
+            value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _references(pod: dict) -> Iterable[tuple[str, str, bool]]:
+    """(kind, name, optional) of every ConfigMap, Secret and PersistentVolumeClaim a pod spec references."""
+    for volume in pod.get("volumes") or []:
+        if not isinstance(volume, dict):
+            continue
+        if isinstance(cm := volume.get("configMap"), dict) and cm.get("name"):
+            yield "ConfigMap", str(cm["name"]), bool(cm.get("optional"))
+        if isinstance(secret := volume.get("secret"), dict) and secret.get("secretName"):
+            yield "Secret", str(secret["secretName"]), bool(secret.get("optional"))
+        if isinstance(claim := volume.get("persistentVolumeClaim"), dict) and claim.get("claimName"):
+            yield "PersistentVolumeClaim", str(claim["claimName"]), False
+        projected = volume.get("projected") if isinstance(volume.get("projected"), dict) else {}
+        for source in projected.get("sources") or []:
+            for key, kind in (("configMap", "ConfigMap"), ("secret", "Secret")):
+                ref = source.get(key) if isinstance(source, dict) else None
+                if isinstance(ref, dict) and ref.get("name"):
+                    yield kind, str(ref["name"]), bool(ref.get("optional"))
+    for secret in pod.get("imagePullSecrets") or []:
+        if isinstance(secret, dict) and secret.get("name"):
+            yield "Secret", str(secret["name"]), False
+    for container in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
+        if not isinstance(container, dict):
+            continue
+        for source in container.get("envFrom") or []:
+            for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
+                ref = source.get(key) if isinstance(source, dict) else None
+                if isinstance(ref, dict) and ref.get("name"):
+                    yield kind, str(ref["name"]), bool(ref.get("optional"))
+        for env in container.get("env") or []:
+            source = env.get("valueFrom") if isinstance(env, dict) else None
+            for key, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
+                ref = source.get(key) if isinstance(source, dict) else None
+                if isinstance(ref, dict) and ref.get("name"):
+                    yield kind, str(ref["name"]), bool(ref.get("optional"))
+
+
+def _drop_queue_labels(doc: dict, notes: list[str]) -> bool:
+    """Remove other schedulers' queue labels and annotations (QUEUE_LABELS) from the workload and its pod
+    templates, and a Volcano Job's `spec.queue`; note each; whether anything was removed."""
+    removed: list[str] = []
+    metas = [doc.get("metadata")]
+    for pod in _pod_templates(doc, doc["apiVersion"], _Collector(1, doc)):
+        template = _at(doc, pod.field)
+        metas.append(template.get("metadata") if isinstance(template, dict) else None)
+    for meta in metas:
+        for part in ("labels", "annotations"):
+            entries = meta.get(part) if isinstance(meta, dict) else None
+            for key in QUEUE_LABELS:
+                if isinstance(entries, dict) and key in entries:
+                    removed.append(f"{key}={entries.pop(key)}")
+    spec = doc.get("spec")
+    if doc["apiVersion"].startswith("batch.volcano.sh/") and isinstance(spec, dict) and "queue" in spec:
+        removed.append(f"spec.queue={spec.pop('queue')}")
+    if removed:
+        unique = ", ".join(dict.fromkeys(removed))
+        notes.append(f"removed other schedulers' queues ({unique}): cpn places the job itself")
+    return bool(removed)
+
+
+def _class_priority(doc: dict, pod_specs: list[dict], beside: list[dict], notes: list[str]) -> int:
+    """The job's priority: its `priority` annotation when it has one, else its pods' highest
+    `priorityClassName` (cpn.priority_classes), else the default; the note says which."""
+    default = Annotations.model_fields["priority"].default
+    annotated = (doc["metadata"].get("annotations") or {}).get("priority")
+    names = sorted({p["priorityClassName"] for p in pod_specs if isinstance(p.get("priorityClassName"), str)})
+    if not names:
+        return default if annotated is None else int(str(annotated))
+    if annotated is not None:
+        notes.append(f"priority {annotated} from the priority annotation, not priorityClassName {names[0]}")
+        return int(str(annotated))
+    defined = {
+        str(o["metadata"]["name"]): o["value"]
+        for o in beside
+        if o.get("kind") == "PriorityClass"
+        and isinstance(o.get("metadata"), dict)
+        and type(o.get("value")) is int
+    }
+    found = {n: class_priority(n, defined) for n in names}
+    known = {n: v for n, v in found.items() if v is not None}
+    for name in sorted(set(found) - set(known)):
+        notes.append(
+            f"priorityClassName {name} is neither a PriorityClass in the file nor a system class: priority "
+            f"{default}; the cluster it runs on must define it"
+        )
+    if not known:
+        return default
+    name = max(known, key=lambda n: known[n])
+    notes.append(f"priority {known[name]} from priorityClassName {name}")
+    return known[name]
 
 
 def _split_documents(text: str) -> list[tuple[int, str]]:
@@ -847,9 +1018,11 @@ def _gang(
     """Count the job whole: every GPU-holding pod (replicas multiplied out), as one gang.
 
     The GPU-holding templates are those with a GPU limit (`per_pod`, the `gpu_count` annotation, must
-    then agree with the largest); when none has one, the first template's pods hold `per_pod` cards or
-    one. Pods without cards (a Volcano `ps` task) are not placed by cpn and do not count. The CPU is the
-    holding pods' sum; the constraints are those all holding templates agree on (`_constraints`).
+    then agree with the largest); when none has one, the pods of the first template that pins a GPU
+    (`_pins_a_gpu`), else of the first, hold `per_pod` cards or one; a job with no limit, no `per_pod` and
+    no pin is refused (CPU_ONLY_REASON). Pods without cards (a Volcano `ps` task) are
+    not placed by cpn and do not count. The CPU is the holding pods' sum; the constraints are those all
+    holding templates agree on (`_constraints`).
     """
     holding = [(p, g, c) for p, g, c in zip(pods, gpus, cpus, strict=True) if g is not None]
     gpus_from = f'resources.limits["{GPU_RESOURCE}"] of the pods\' containers'
@@ -860,13 +1033,26 @@ def _gang(
             f'says {per_pod} GPUs but the pod\'s resources.limits["{GPU_RESOURCE}"] add up to {limit}; '
             "make them agree or drop the annotation",
         )
-    if not holding and pods:
-        holding = [(pods[0], per_pod or 1, cpus[0])]
+    pinned = [p for p in pods if _pins_a_gpu(p)]
+    if not holding and pods and (per_pod or pinned):
+        first = (pinned or pods)[0]
+        holding = [(first, per_pod or 1, cpus[pods.index(first)])]
         gpus_from = (
-            f"annotation gpu_count: {per_pod} per pod of {pods[0].field}, no {GPU_RESOURCE} limit"
+            f"annotation gpu_count: {per_pod} per pod of {first.field}, no {GPU_RESOURCE} limit"
             if per_pod
-            else f"default: 1 GPU per pod of {pods[0].field}, no {GPU_RESOURCE} limit or gpu_count annotation"
+            else f"default: 1 GPU per pod of {first.field}, which pins a GPU but has no {GPU_RESOURCE} limit "
+            "or gpu_count annotation"
         )
+    elif not holding and pods:
+        gpus_from = "no GPU asked"
+        limited = any(
+            GPU_RESOURCE in _resources(c, f, _Collector(0, None), "limits")
+            for p in pods
+            for f, c in p.containers
+        )
+        counted = any(p.field == "metadata.annotations.gpu_count" for p in col.problems)
+        if not limited and not counted:  # else a GPU count was given, and refused for its value
+            col.add("spec", CPU_ONLY_REASON)
     sizes = tuple(g for p, g, _ in holding for _ in range(p.replicas))
     if holding and not sizes:
         col.add(f"{holding[0][0].field}", "no pod holds a GPU: every GPU-holding template has 0 replicas")
@@ -876,8 +1062,8 @@ def _gang(
     pools: set[str] | None = None
     memory: float | None = None
     for pod, _, _ in holding:
-        p, u, m = _constraints(pod.spec)
-        products = p if products is None else (products if p is None else products & p)
+        p, u, m = _constraints(pod.spec, col, pod.field + ".spec")
+        products = _narrow(products, p, col, pod.field)
         pools = u if pools is None else (pools if u is None else pools & u)
         memory = m if memory is None else (memory if m is None else max(memory, m))
     return _Gang(
@@ -894,6 +1080,13 @@ def _gang(
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 """The node label a pod spread over nodes names as its topology key."""
+
+
+def _pins_a_gpu(pod: _Pod) -> bool:
+    """Whether a pod requires GPU nodes by a label or toleration (`_constraints`): the seed's examples name
+    their card so (a `nvidia.com/gpu.product` toleration) and leave the GPU limit out."""
+    products, _, memory = _constraints(pod.spec, _Collector(0, None), pod.field)
+    return products is not None or memory is not None
 
 
 def _spread(pod_spec: dict) -> bool:
@@ -917,14 +1110,17 @@ def _spread(pod_spec: dict) -> bool:
     )
 
 
-def _constraints(pod_spec: dict) -> tuple[set[str] | None, set[str] | None, float | None]:
-    """(GPU products, pools, least card memory in GB) a pod requires; None = no constraint.
+def _constraints(
+    pod_spec: dict, col: _Collector, field: str
+) -> tuple[set[str] | None, set[str] | None, float | None]:
+    """(GPU pins, pools, least card memory in GB) a pod requires; None = no constraint.
 
     Read from `nodeSelector` and the required node affinity (terms are alternatives; a term that does
-    not name a product allows any) on `nvidia.com/gpu.product`, `<domain>/node.usage` and
-    `nvidia.com/gpu.memory` (MiB: `Gt` or `In`), and from the pod's tolerations of the
-    `nvidia.com/gpu.product` taint, which in the seed's scheme is how a job names its card. Shapes
-    that are not these are left to schema validation at submission.
+    not pin a GPU allows any): `<domain>/node.usage` gives the pools, and every GPU label cpn knows
+    (cpn.devices: GPU Feature Discovery's, GKE's, EKS's and AKS's accelerator labels, instance types)
+    gives GPU pins (`cpn.devices.pin_matches`) or a least memory; a GPU-looking label it cannot read is
+    refused at `field`, never ignored. The pod's tolerations of the `nvidia.com/gpu.product` taint, which
+    in the seed's scheme is how a job names its card, pin too. Other shapes are left to schema validation.
     """
     products: set[str] | None = None
     pools: set[str] | None = None
@@ -932,12 +1128,15 @@ def _constraints(pod_spec: dict) -> tuple[set[str] | None, set[str] | None, floa
     selector = pod_spec.get("nodeSelector")
     if isinstance(selector, dict):
         for key, value in selector.items():
-            if key == _PRODUCT_KEY:
-                products = {str(value)}
-            elif isinstance(key, str) and key.endswith(_USAGE_SUFFIX):
+            if not isinstance(key, str):
+                continue
+            if key.endswith(_USAGE_SUFFIX):
                 pools = {str(value)}
-            elif key == _MEMORY_KEY:
-                memory = _mib_gb(value)
+                continue
+            pin = _pin(key, "In", [str(value)], col, f'{field}.nodeSelector["{clip(key, 100)}"]')
+            if pin is not None:
+                products = _narrow(products, pin.products, col, f"{field}.nodeSelector")
+                memory = _most(memory, pin.memory_gb)
     affinity = pod_spec.get("affinity")
     node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
     required = (
@@ -946,8 +1145,9 @@ def _constraints(pod_spec: dict) -> tuple[set[str] | None, set[str] | None, floa
         else None
     )
     terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    where = f"{field}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
     if isinstance(terms, list) and terms:
-        per_term = [_term(t) for t in terms if isinstance(t, dict)]
+        per_term = [_term(t, col, f"{where}[{i}]") for i, t in enumerate(terms) if isinstance(t, dict)]
         if per_term:
             any_p = (
                 None if any(p is None for p, _, _ in per_term) else set().union(*(p for p, _, _ in per_term))
@@ -956,33 +1156,68 @@ def _constraints(pod_spec: dict) -> tuple[set[str] | None, set[str] | None, floa
                 None if any(u is None for _, u, _ in per_term) else set().union(*(u for _, u, _ in per_term))
             )
             any_m = None if any(m is None for _, _, m in per_term) else min(m for _, _, m in per_term)
-            products = any_p if products is None else (products if any_p is None else products & any_p)
+            products = _narrow(products, any_p, col, where)
             pools = any_u if pools is None else (pools if any_u is None else pools & any_u)
-            memory = any_m if memory is None else (memory if any_m is None else max(memory, any_m))
+            memory = _most(memory, any_m)
     tolerated = _tolerated_products(pod_spec.get("tolerations"))
-    if tolerated is not None:
-        products = tolerated if products is None else products & tolerated
+    products = _narrow(products, tolerated, col, f"{field}.tolerations")
     return products, pools, memory
 
 
-def _term(term: dict) -> tuple[set[str] | None, set[str] | None, float | None]:
+def _term(term: dict, col: _Collector, field: str) -> tuple[set[str] | None, set[str] | None, float | None]:
     products: set[str] | None = None
     pools: set[str] | None = None
     memory: float | None = None
-    for expr in term.get("matchExpressions") or []:
+    for i, expr in enumerate(term.get("matchExpressions") or []):
         if not isinstance(expr, dict) or not isinstance(expr.get("values", []), list):
             continue
         key, op, values = expr.get("key"), expr.get("operator"), [str(v) for v in expr.get("values") or []]
-        if key == _PRODUCT_KEY and op == "In":
-            products = set(values) if products is None else products & set(values)
-        elif isinstance(key, str) and key.endswith(_USAGE_SUFFIX) and op == "In":
-            pools = set(values) if pools is None else pools & set(values)
-        elif key == _MEMORY_KEY and values:
-            sizes = [_mib_gb(v) for v in values]
-            if None not in sizes:
-                least = min(sizes) if op == "In" else max(sizes) + 1 / 1024 if op == "Gt" else None
-                memory = least if memory is None or least is None else max(memory, least)
+        if not isinstance(key, str) or not isinstance(op, str):
+            continue
+        if key.endswith(_USAGE_SUFFIX):
+            if op == "In":
+                pools = set(values) if pools is None else pools & set(values)
+            continue
+        pin = _pin(key, op, values, col, f"{field}.matchExpressions[{i}]")
+        if pin is not None:
+            products = _narrow(products, pin.products, col, f"{field}.matchExpressions")
+            memory = _most(memory, pin.memory_gb)
     return products, pools, memory
+
+
+def _pin(key: str, op: str, values: list[str], col: _Collector, field: str) -> devices.Pin | None:
+    """The GPU pin of one required label expression (cpn.devices.read_pin); a problem at `field` when it is
+    a GPU label cpn cannot read."""
+    try:
+        return devices.read_pin(key, op, values)
+    except devices.PinError as exc:
+        col.add(field, clip(str(exc), 600))
+        return None
+
+
+def _narrow(
+    have: set[str] | None, pins: Collection[str] | None, col: _Collector, field: str
+) -> set[str] | None:
+    """GPU pins that must all hold, as one set: the pins both allow; refused when they share none (two
+    labels naming different cards: no card could satisfy the pod)."""
+    if pins is None:
+        return have
+    if have is None:
+        return set(pins)
+    both = have & set(pins)
+    if not both:
+        col.add(
+            field,
+            f"its GPU pins name different cards ({', '.join(sorted(have))}; {', '.join(sorted(pins))}); "
+            "keep the one that says which card the job needs",
+        )
+        return have
+    return both
+
+
+def _most(memory: float | None, more: float | None) -> float | None:
+    """The larger of two least memories, None meaning no least."""
+    return memory if more is None else more if memory is None else max(memory, more)
 
 
 def _tolerated_products(tolerations: Any) -> set[str] | None:
@@ -998,12 +1233,6 @@ def _tolerated_products(tolerations: Any) -> set[str] | None:
         if t.get("key") == _PRODUCT_KEY and t.get("value") is not None:
             named.add(str(t["value"]))
     return named or None
-
-
-def _mib_gb(value: Any) -> float | None:
-    """A `nvidia.com/gpu.memory` label value (MiB) in GB; None when it is not a whole number."""
-    text = str(value).strip()
-    return int(text) / 1024 if _WHOLE_NUMBER.fullmatch(text) else None
 
 
 def _resources(container: dict, field: str, col: _Collector, which: str) -> dict:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cpn.devices import pin_matches
 from cpn.inventory import Node, Taint
 from cpn.jobs import JobKind, JobSpec
 
@@ -77,7 +78,7 @@ def admission_problem(node: Node, kind: JobKind) -> str | None:
 def constraint_problem(node: Node, job: JobSpec) -> str | None:
     """Why `job`'s own constraints keep it off `node`, or None: the GPU products, pools and least card
     memory its manifest requires (JobSpec.gpu_products, node_pools, gpu_memory_min_gb)."""
-    if job.gpu_products and node.gpu_product not in job.gpu_products:
+    if job.gpu_products and not gpu_pinned(node, job):
         return (
             f"node {node.key} has {node.gpu_product}; job {job.job_id} runs only on "
             f"{', '.join(job.gpu_products)}"
@@ -91,6 +92,14 @@ def constraint_problem(node: Node, job: JobSpec) -> str | None:
             f"{job.gpu_memory_min_gb:g} GB"
         )
     return None
+
+
+def gpu_pinned(node: Node, job: JobSpec) -> bool:
+    """Whether `node`'s card is one of those the job's GPU pins allow (cpn.devices.pin_matches: a product in
+    any spelling, or a model of a memory, however the manifest's label named it); True when it pins none."""
+    return not job.gpu_products or any(
+        pin_matches(pin, node.gpu_product, node.gpu_memory_gb, node.gpu_type) for pin in job.gpu_products
+    )
 
 
 def job_admission_problem(node: Node, job: JobSpec) -> str | None:

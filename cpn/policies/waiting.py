@@ -27,7 +27,7 @@ from cpn.admission import Room
 from cpn.decisions import WaitCode, Waiting, shape_of
 from cpn.jobs import JobSpec
 from cpn.policies.placement import Capacity, Group, allowed, memory_need
-from cpn.rules import is_sharing
+from cpn.rules import gpu_pinned, is_sharing
 
 
 class WaitingExplainer:
@@ -132,7 +132,7 @@ class WaitingExplainer:
 def _pinned_out(job: JobSpec, slots: list[Room]) -> tuple[WaitCode, str]:
     """Why the free `slots` (of pools and taints the job may use) do not do for a job whose own pins
     (GPU products, pools, least card memory) rule every one of them out."""
-    if job.gpu_products and all(s.node.gpu_product not in job.gpu_products for s in slots):
+    if job.gpu_products and not any(gpu_pinned(s.node, job) for s in slots):
         return "no-gpu-type", f"no free card of the GPU products it runs on ({', '.join(job.gpu_products)})"
     if job.node_pools and all(s.node.usage not in job.node_pools for s in slots):
         return (
