@@ -88,6 +88,8 @@ SKIPPED_KINDS = frozenset(
         "PersistentVolumeClaim",
         "PodDisruptionBudget",
         "PriorityClass",
+        "ResourceClaim",
+        "ResourceClaimTemplate",
         "Role",
         "RoleBinding",
         "Secret",
@@ -422,10 +424,13 @@ def read_manifests(
         problems = problems[:MAX_PROBLEMS] + [Problem(0, None, "", f"{more} more problem(s) not listed")]
     if problems:
         raise IntakeError(source, problems)
-    done = [_with_companions(spec, beside) for spec, _ in read]
+    done = [_with_companions(spec, beside, first_doc_of[spec.job_id]) for spec, _ in read]
+    late = [p for d in done for p in d.problems]
+    if late:
+        raise IntakeError(source, late[:MAX_PROBLEMS])
     return [
-        (spec, Reading.of(spec, gpus_from, notes))
-        for (spec, notes), (_, gpus_from) in zip(done, read, strict=True)
+        (d.spec, Reading.of(d.spec, d.gpus_from or gpus_from, d.notes))
+        for d, (_, gpus_from) in zip(done, read, strict=True)
     ]
 
 
@@ -453,12 +458,31 @@ QUEUE_LABELS = (
 WorkloadPriorityClass, Volcano's queue, YuniKorn's queue). cpn has placed the job when it submits it: left
 on the object, a cluster running that scheduler would hold it again in a queue that may not exist there."""
 
-COMPANION_KINDS = ("ConfigMap", "Secret", "PersistentVolumeClaim", "Service")
+COMPANION_KINDS = (
+    "ConfigMap",
+    "Secret",
+    "PersistentVolumeClaim",
+    "Service",
+    "ResourceClaimTemplate",
+    "ResourceClaim",
+)
 """Kinds of the objects a job's pods reference that travel with it (`_with_companions`)."""
 
 
-def _with_companions(spec: JobSpec, beside: list[dict]) -> tuple[JobSpec, tuple[str, ...]]:
-    """`spec` finished with what the other documents of its file say, and notes of what intake did.
+@dataclass(frozen=True)
+class _Finished:
+    """A job finished with the rest of its file (`_with_companions`)."""
+
+    spec: JobSpec
+    notes: tuple[str, ...]
+    problems: list[Problem]
+    gpus_from: str | None
+    """Where its GPU count came from when its DRA claims gave it; None: as read before."""
+
+
+def _with_companions(spec: JobSpec, beside: list[dict], number: int) -> _Finished:
+    """`spec` (of document `number`) finished with what the other documents of its file say, and notes of
+    what intake did; problems when its DRA claims cannot be counted (`_dra`).
 
     - Its manifest is followed by the objects of the file its pods need, so that they are submitted with
       it to whichever cluster it is placed on: the ConfigMaps, Secrets and PersistentVolumeClaims its
@@ -470,8 +494,11 @@ def _with_companions(spec: JobSpec, beside: list[dict]) -> tuple[JobSpec, tuple[
     - Its priority comes from its pods' `priorityClassName` (cpn.priority_classes), unless its own
       `priority` annotation says it; the PriorityClass objects of the file define classes.
     - Other schedulers' queue labels (QUEUE_LABELS) and a Volcano Job's `spec.queue` are removed.
+    - Its pods' DRA claims are counted from the ResourceClaimTemplates and ResourceClaims of the file,
+      which travel with it (`_dra`).
     """
     doc = yaml.safe_load(spec.manifest)
+    col = _Collector(number, doc)
     notes: list[str] = []
     namespace = spec.job_id.split("/")[0]
     pod_specs, pod_labels = _pod_parts(doc)
@@ -493,13 +520,126 @@ def _with_companions(spec: JobSpec, beside: list[dict]) -> tuple[JobSpec, tuple[
             mine.append(obj)
             wanted.pop((kind, name), None)
     for (kind, name), optional in sorted(wanted.items()):
-        if not optional:
+        if not optional and kind not in DRA_KINDS:  # a DRA claim's absence is a problem (`_dra`)
             notes.append(f"{kind} {name} is not in the file: the cluster it runs on must already hold it")
     if mine:
         notes.append("carried with it: " + ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in mine))
     manifest = dump(doc) if changed else spec.manifest
     manifest += "".join("---\n" + dump(obj) for obj in mine)
-    return replace(spec, manifest=manifest, priority=priority), tuple(notes)
+    spec = replace(spec, manifest=manifest, priority=priority)
+    gpus_from = None
+    counted = _dra(doc, mine, col, notes)
+    if counted is not None:
+        sizes, classes = counted
+        spec = replace(
+            spec, num_gpus=sum(sizes), pod_gpus=sizes if len(sizes) > 1 else (), device_classes=classes
+        )
+        gpus_from = (
+            "DRA resource claims of the pods, counted from their ResourceClaimTemplates and ResourceClaims"
+        )
+    return _Finished(spec, tuple(notes), col.problems, gpus_from)
+
+
+DRA_KINDS = ("ResourceClaimTemplate", "ResourceClaim")
+"""Kinds of the objects a pod's `resourceClaims` name (resource.k8s.io v1, v1beta1, v1beta2)."""
+
+_PROFILE = re.compile(r"""profile['"]?\]?\s*==\s*['"]([^'"]+)['"]""")
+"""A MIG profile in a CEL selector: `device.attributes['gpu.nvidia.com'].profile == '1g.5gb'`."""
+
+
+@dataclass(frozen=True)
+class _Devices:
+    """What one DRA device request asks for."""
+
+    device_class: str
+    count: int
+    profiles: tuple[str, ...]
+    """MIG profiles its CEL selectors name (`profile == '1g.5gb'`)."""
+
+    @property
+    def mig(self) -> bool:
+        return bool(self.profiles) or self.device_class.startswith("mig.")
+
+
+def _dra(
+    doc: dict, carried: list[dict], col: _Collector, notes: list[str]
+) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+    """(cards of each GPU-holding pod, DRA device classes) when the job's pods claim devices by DRA, from the
+    claim objects `carried` with it; None when none does. A pod's cards are its GPU limits plus, per claim,
+    the devices its requests count (`exactly.count`, `count`; 1 by default); MIG devices (a `mig.` class or
+    a `profile` selector) are slices of one card, which cpn holds whole: one card per pod. A claim whose
+    object is not in the file, a request with `allocationMode: All` (every matching device of a node: no
+    count) and one without a device class are problems."""
+    pods = _pod_templates(doc, doc["apiVersion"], _Collector(0, None))
+    if not any(_claim_refs(p.spec) for p in pods):
+        return None
+    objects = {(o.get("kind"), (o.get("metadata") or {}).get("name")): o for o in carried}
+    sizes: list[int] = []
+    classes: set[str] = set()
+    for pod in pods:
+        cards = _pod_gpus(pod.containers, _Collector(0, None)) or 0
+        mig = False
+        for i, (claim, kind, name) in enumerate(_claim_refs(pod.spec)):
+            field = f"{pod.field}.spec.resourceClaims[{i}]"
+            obj = objects.get((kind, name))
+            if obj is None:
+                col.add(
+                    field, f"{kind} {name} is not in the file; cpn counts a job's devices from it: add it"
+                )
+                continue
+            for request in _requests(obj):
+                found = _devices(request)
+                if isinstance(found, str):
+                    col.add(field, f"{kind} {name}: {found}")
+                    continue
+                classes.add(found.device_class)
+                mig = mig or found.mig
+                cards += 0 if found.mig else found.count
+                profiles = f" (MIG {', '.join(found.profiles)})" if found.profiles else ""
+                notes.append(f"claim {claim}: {found.count} x {found.device_class}{profiles}")
+        cards += 1 if mig else 0
+        sizes.extend([cards] * pod.replicas if cards else [])
+    if mig_note := [n for n in notes if "(MIG" in n]:
+        notes.append(f"MIG slices of a pod are taken as one whole card ({len(mig_note)} MIG claim(s))")
+    return tuple(sizes), tuple(sorted(classes))
+
+
+def _requests(obj: dict) -> list[dict]:
+    """The device requests of a ResourceClaim (`spec.devices.requests`) or ResourceClaimTemplate
+    (`spec.spec.devices.requests`)."""
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if obj.get("kind") == "ResourceClaimTemplate":
+        spec = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
+    devices = spec.get("devices") if isinstance(spec.get("devices"), dict) else {}
+    requests = devices.get("requests")
+    return [r for r in requests if isinstance(r, dict)] if isinstance(requests, list) else []
+
+
+def _devices(request: dict) -> _Devices | str:
+    """What a device request asks for, as resource.k8s.io/v1 and v1beta2 (`exactly`, or the first of
+    `firstAvailable`) and v1beta1 (fields on the request) write it; or why cpn cannot count it."""
+    body = request.get("exactly") if isinstance(request.get("exactly"), dict) else request
+    alternatives = request.get("firstAvailable")
+    if isinstance(alternatives, list) and alternatives and isinstance(alternatives[0], dict):
+        body = alternatives[0]
+    name = request.get("name")
+    device_class = body.get("deviceClassName")
+    if not isinstance(device_class, str) or not device_class:
+        return f"request {name} names no deviceClassName"
+    if body.get("allocationMode", "ExactCount") == "All":
+        return (
+            f"request {name} has allocationMode All, every matching device of a node, which cpn cannot "
+            "count; ask for ExactCount with a count"
+        )
+    count = body.get("count", 1)
+    if type(count) is not int or not 1 <= count <= MAX_GPUS:
+        return f"request {name}: count {_quote(count)} is not a whole number from 1 to {MAX_GPUS}"
+    selectors = body.get("selectors") if isinstance(body.get("selectors"), list) else []
+    expressions = [
+        str(((s or {}).get("cel") or {}).get("expression", "")) for s in selectors if isinstance(s, dict)
+    ]
+    profiles = tuple(sorted({p for e in expressions for p in _PROFILE.findall(e)}))
+    return _Devices(device_class, count, profiles)
 
 
 def _pod_parts(doc: dict) -> tuple[list[dict], list[dict]]:
@@ -544,6 +684,8 @@ def _references(pod: dict) -> Iterable[tuple[str, str, bool]]:
                 ref = source.get(key) if isinstance(source, dict) else None
                 if isinstance(ref, dict) and ref.get("name"):
                     yield kind, str(ref["name"]), bool(ref.get("optional"))
+    for _, kind, name in _claim_refs(pod):
+        yield kind, name, False
     for secret in pod.get("imagePullSecrets") or []:
         if isinstance(secret, dict) and secret.get("name"):
             yield "Secret", str(secret["name"]), False
@@ -711,13 +853,14 @@ def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
         epochs=a.epoch,
         data_size_gb=a.data_size,
         total_steps=a.total_steps,
-        gpu_mem_gb=a.gpu_mem,
+        gpu_mem_gb=a.gpu_mem if a.gpu_mem is not None else gang.gpu_mem_gb,
         cpu=gang.cpu,
         image=image,
         image_size_gb=a.image_size or 0.0,
         priority=a.priority,
         source_cluster=a.source_cluster,
-        gpu_share=a.gpu_share,
+        gpu_share=a.gpu_share if a.gpu_share is not None else gang.gpu_share,
+        hami=gang.hami,
         precision=a.precision,
         checkpoint_interval_s=a.checkpoint_interval_s,
         preemptible=a.preemptible == "true",
@@ -1002,14 +1145,97 @@ class _Gang:
     """Where the GPU count came from (`Reading.gpus_from`)."""
     spread: bool = False
     """Its pods must run on distinct nodes (`_spread`)."""
+    hami: bool = False
+    """Its pods ask for HAMi slices (`_pod_slice`)."""
+    gpu_share: float | None = None
+    """The share of a card its HAMi slices take (JobSpec.gpu_share); None: whole cards."""
+    gpu_mem_gb: float | None = None
+    """Card memory its HAMi slices ask (`nvidia.com/gpumem`), GB."""
 
 
 def _job_gang(doc: dict, api: str, per_pod: int | None, col: _Collector) -> tuple[list[_Pod], _Gang]:
     """The job's pod templates and what they hold in all (`_gang`); `per_pod` is its `gpu_count`."""
     pods = _pod_templates(doc, api, col)
-    gpus = [_pod_gpus(p.containers, col) for p in pods]
+    slices = [_pod_slice(p.containers, col) for p in pods]
+    claimed = [bool(_claim_refs(p.spec)) for p in pods]
+    # A pod of HAMi slices without a GPU limit holds one card (HAMi's default-gpu-num); a pod of DRA claims
+    # one per claiming pod until its claims are counted from their templates (`_with_companions`).
+    gpus = [
+        g if g is not None or (s is None and not c) else 1
+        for g, s, c in zip((_pod_gpus(p.containers, col) for p in pods), slices, claimed, strict=True)
+    ]
     cpus = [_pod_cpu(p.containers, col) for p in pods]
-    return pods, _gang(pods, gpus, cpus, per_pod, col)
+    gang = _gang(pods, gpus, cpus, per_pod, col)
+    found = [s for s in slices if s is not None]
+    if found:
+        memory = [s.memory_gb for s in found if s.memory_gb is not None]
+        gang = replace(
+            gang, hami=True, gpu_share=max(s.share for s in found), gpu_mem_gb=max(memory) if memory else None
+        )
+    return pods, gang
+
+
+HAMI_MEMORY = "nvidia.com/gpumem"
+HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
+HAMI_CORES = "nvidia.com/gpucores"
+HAMI_SPLIT_COUNT = 10
+"""HAMi's default `deviceSplitCount`: at most this many tasks share one card, so one slice takes at least
+1/10 of it (Project-HAMi/HAMi, docs/config.md)."""
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """The HAMi slice a pod asks of each of its cards."""
+
+    share: float
+    """Share of the card: its cores (`gpucores` %), its memory (`gpumem-percentage` %), at least
+    1/HAMI_SPLIT_COUNT."""
+    memory_gb: float | None
+    """`gpumem` (MiB) in GB; None: not given."""
+
+
+def _pod_slice(containers: list[tuple[str, dict]], col: _Collector) -> _Slice | None:
+    """The HAMi slice of a pod, from its containers' `nvidia.com/gpumem` (MiB), `gpumem-percentage` and
+    `gpucores` (%) limits (summed over containers); None when none sets one."""
+    totals: dict[str, int] = {}
+    for field, container in containers:
+        limits = _resources(container, field, col, "limits")
+        for key, most in ((HAMI_MEMORY, 10**7), (HAMI_MEMORY_PERCENT, 100), (HAMI_CORES, 100)):
+            value = limits.get(key)
+            if value is None:
+                continue
+            text = value.strip() if isinstance(value, str) else str(value) if type(value) is int else ""
+            if not _WHOLE_NUMBER.fullmatch(text) or not 1 <= int(text) <= most:
+                col.add(
+                    f'{field}.resources.limits["{key}"]',
+                    f"{_quote(value)} is not a whole number from 1 to {most}",
+                )
+                continue
+            totals[key] = totals.get(key, 0) + int(text)
+    if not totals:
+        return None
+    percents = [totals.get(HAMI_CORES, 0), totals.get(HAMI_MEMORY_PERCENT, 0)]
+    share = min(1.0, max(p / 100 for p in percents) if any(percents) else 0.0)
+    memory = totals.get(HAMI_MEMORY)
+    return _Slice(max(share, 1 / HAMI_SPLIT_COUNT), memory / 1024 if memory is not None else None)
+
+
+def _claim_refs(pod_spec: dict) -> list[tuple[str, str, str]]:
+    """(claim name in the pod, kind, object name) of each of a pod's DRA `resourceClaims`: a
+    ResourceClaimTemplate (one claim per pod) or a ResourceClaim (shared), as Kubernetes 1.31+ writes them
+    (`resourceClaimTemplateName`) and as before (`source.resourceClaimTemplateName`)."""
+    out = []
+    for claim in pod_spec.get("resourceClaims") or []:
+        if not isinstance(claim, dict):
+            continue
+        source = claim.get("source") if isinstance(claim.get("source"), dict) else claim
+        for key, kind in (
+            ("resourceClaimTemplateName", "ResourceClaimTemplate"),
+            ("resourceClaimName", "ResourceClaim"),
+        ):
+            if isinstance(source.get(key), str):
+                out.append((str(claim.get("name")), kind, source[key]))
+    return out
 
 
 def _gang(

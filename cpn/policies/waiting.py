@@ -27,7 +27,7 @@ from cpn.admission import Room
 from cpn.decisions import WaitCode, Waiting, shape_of
 from cpn.jobs import JobSpec
 from cpn.policies.placement import Capacity, Group, allowed, memory_need
-from cpn.rules import gpu_pinned, is_sharing
+from cpn.rules import gpu_pinned, is_sharing, job_pins
 
 
 class WaitingExplainer:
@@ -63,7 +63,7 @@ class WaitingExplainer:
                 mems.append(memory_need(job, estimate) if aware else None)
             has_any = not estimated or any(typed) or any(e.runtime_s < math.inf for e in row.values())
             pending = frozenset(gpu for gpu, e in row.items() if e.pending_benchmark)
-            pins = (job.gpu_products, job.node_pools, job.gpu_memory_min_gb)
+            pins = job_pins(job)
             key = (shape_of(job), job.gpu_share, pins, tuple(typed), tuple(mems), has_any, pending)
             found = self._cache.get(key)
             if found is None:

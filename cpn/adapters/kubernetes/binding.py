@@ -14,8 +14,9 @@ every GPU-holding pod template, the seed's label scheme (003):
 - tolerations for the kind's pool taints and for the `nvidia.com/gpu.product` taint of the chosen card,
   with the user's tolerations of other pools or other products dropped (an inference job never carries a
   training toleration);
-- `nvidia.com/gpu` requests and limits per pod; on a HAMi cluster a job sharing a card asks for
-  `nvidia.com/gpumem` (its share of the card's memory, MiB) and `nvidia.com/gpucores` (its share, %);
+- `nvidia.com/gpu` requests and limits per pod (none for a job whose DRA claims hold its devices);
+  on a HAMi cluster a job sharing a card asks for `nvidia.com/gpumem` (its share of the card's memory,
+  MiB) and `nvidia.com/gpucores` (its share, %) unless its manifest asks its own slice;
 - a topology spread over nodes when a gang's pods spread over several;
 - cpn's labels and annotations (cpn.adapters.kubernetes.labels) on the objects and their pod templates.
 
@@ -143,6 +144,8 @@ class KubernetesBinder:
     ) -> tuple[list[_Template], bool]:
         """The templates whose pods hold the job's cards, shaped so that they add up to the placement;
         and whether a one-pod job was spread into several pods."""
+        if job.device_classes:  # DRA: the claims hold the devices; no nvidia.com/gpu is added beside them
+            return [t for t in templates if t.gpus() > 0 or t.pod_spec.get("resourceClaims")], False
         holding = [t for t in templates if t.gpus() > 0] or templates[:1]
         reshaped = False
         if len(holding) == 1 and holding[0].replicas == 1 and len(placement.nodes) > 1:
@@ -210,7 +213,9 @@ class KubernetesBinder:
                 HAMI_MEMORY: str(int(share * chosen[0].gpu_memory_gb * 1024)),
                 HAMI_CORES: str(round(share * 100)),
             }
-            resources.setdefault("limits", {}).update(extra)
+            limits = resources.setdefault("limits", {})
+            for key, value in extra.items():
+                limits.setdefault(key, value)  # the slice the user asked for stands
 
     def annotate_pods(self, workload: dict[str, Any], annotations: dict[str, str]) -> None:
         """Add `annotations` to every pod template of a bound workload."""
