@@ -438,6 +438,8 @@ def _stored_gpus_from(spec: JobSpec) -> str:
     """`Reading.gpus_from` of an accepted job, read again from its stored manifest (its first document)."""
     if not spec.manifest:
         return "num_gpus of the job's trace row (it came without a manifest)"
+    if spec.device_classes:
+        return DRA_GPUS_FROM
     (_, first), *_ = _split_documents(spec.manifest)
     doc = load_one(first, Budget(DEFAULT_LIMITS))
     col = _Collector(1, doc)  # not reported: the manifest passed intake when it was accepted
@@ -534,11 +536,14 @@ def _with_companions(spec: JobSpec, beside: list[dict], number: int) -> _Finishe
         spec = replace(
             spec, num_gpus=sum(sizes), pod_gpus=sizes if len(sizes) > 1 else (), device_classes=classes
         )
-        gpus_from = (
-            "DRA resource claims of the pods, counted from their ResourceClaimTemplates and ResourceClaims"
-        )
+        gpus_from = DRA_GPUS_FROM
     return _Finished(spec, tuple(notes), col.problems, gpus_from)
 
+
+DRA_GPUS_FROM = (
+    "DRA resource claims of the pods, counted from their ResourceClaimTemplates and ResourceClaims"
+)
+"""`Reading.gpus_from` of a job whose DRA claims gave its count."""
 
 DRA_KINDS = ("ResourceClaimTemplate", "ResourceClaim")
 """Kinds of the objects a pod's `resourceClaims` name (resource.k8s.io v1, v1beta1, v1beta2)."""

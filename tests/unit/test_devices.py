@@ -10,7 +10,7 @@ import yaml
 from cpn.admission import Admitted, Refused, admit
 from cpn.decisions import Estimate, Placement, Snapshot
 from cpn.devices import PinError, pin_matches, read_pin
-from cpn.intake import CPU_ONLY_REASON, IntakeError, read_manifests
+from cpn.intake import CPU_ONLY_REASON, IntakeError, Reading, read_manifests
 from cpn.inventory import Node, NodeState
 from cpn.policies import make_policy
 
@@ -428,3 +428,22 @@ def test_what_the_pods_reference_travels_with_the_job_and_other_queues_are_dropp
     summary = reading.summary()
     assert "removed other schedulers' queues (kueue.x-k8s.io/queue-name=user-queue)" in summary
     assert "Secret hf-token is not in the file: the cluster it runs on must already hold it" in summary
+
+
+def test_a_stored_dra_job_reads_back_as_it_was_read_at_the_door():
+    spec, reading = read_one(MIG_JOB)
+    again = Reading.of(spec)
+    assert (again.gpus, again.gpus_from) == (reading.gpus, reading.gpus_from)
+
+
+def test_a_job_waiting_for_a_hami_node_says_so():
+    spec, _ = read_one(HAMI_JOB)
+    plain = Node("c", "plain-0", "Tesla-T4", 4, 16, 32, "training")
+    snapshot = Snapshot(
+        now=0.0,
+        pending=(spec,),
+        nodes=(NodeState(plain, free_gpus=4),),
+        estimates={spec.job_id: {"t4": Estimate(10.0)}},
+    )
+    (rejection,) = make_policy("fifo").decide(snapshot).rejections
+    assert "does not run HAMi" in rejection.reason
