@@ -74,3 +74,14 @@ def test_a_dra_claim_is_bound_with_its_template_and_no_gpu_limit_beside_it():
     ]
     assert (template["kind"], template["metadata"]["namespace"]) == ("ResourceClaimTemplate", "default")
     assert yaml.safe_dump(template).count("mig.nvidia.com") == 4
+
+
+def test_a_live_node_runs_hami_when_hamis_device_plugin_registered_it(server):
+    server.add_node("plain-0", gpu_labels("training", "Tesla-T4", 4, 15360), 4)
+    server.add_node("hami-0", gpu_labels("training", "Tesla-T4", 4, 15360), 4)
+    (hami,) = [n for n in server.objects[("", "nodes")].values() if n["metadata"]["name"] == "hami-0"]
+    # HAMi's device plugin writes its cards there: a JSON array, one object per card (Project-HAMi/HAMi docs).
+    card = '{"id": "GPU-0", "count": 10, "devmem": 15360, "devcore": 100, "type": "NVIDIA-Tesla T4"}'
+    hami["metadata"]["annotations"] = {"hami.io/node-nvidia-register": f"[{card}]"}
+    states = {s.node.name: s.node.hami for s in make_gateway(server).inventory()}
+    assert states == {"plain-0": False, "hami-0": True}

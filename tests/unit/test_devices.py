@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from config.settings import ClustersConfig
 from cpn.admission import Admitted, Refused, admit
 from cpn.decisions import Estimate, Placement, Snapshot
 from cpn.devices import PinError, pin_matches, read_pin
 from cpn.intake import CPU_ONLY_REASON, IntakeError, Reading, read_manifests
-from cpn.inventory import Node, NodeState
+from cpn.inventory import Node, NodeState, nodes_from_config
 from cpn.policies import make_policy
 
 ANNOTATIONS = "  annotations: {model_name: gemma-2-27b, data_size: '20', epoch: '1'}\n"
@@ -447,3 +448,50 @@ def test_a_job_waiting_for_a_hami_node_says_so():
     )
     (rejection,) = make_policy("fifo").decide(snapshot).rejections
     assert "does not run HAMi" in rejection.reason
+
+
+def test_simulated_nodes_carry_hami_and_device_classes_from_their_config():
+    config = ClustersConfig.model_validate(
+        {
+            "clusters": [
+                {
+                    "name": "east",
+                    "hami": True,
+                    "node_groups": [
+                        {
+                            "name": "t",
+                            "gpu_product": "Tesla-T4",
+                            "gpus_per_node": 4,
+                            "gpu_memory_gb": 16,
+                            "cpu_cores": 32,
+                        }
+                    ],
+                },
+                {
+                    "name": "west",
+                    "node_groups": [
+                        {
+                            "name": "a",
+                            "gpu_product": "NVIDIA-A100-SXM4-40GB",
+                            "gpus_per_node": 8,
+                            "gpu_memory_gb": 40,
+                            "cpu_cores": 96,
+                            "device_classes": ["mig.nvidia.com"],
+                        },
+                        {
+                            "name": "h",
+                            "gpu_product": "Tesla-T4",
+                            "gpus_per_node": 4,
+                            "gpu_memory_gb": 16,
+                            "cpu_cores": 32,
+                            "hami": True,
+                        },
+                    ],
+                },
+            ],
+            "wan_gbps": {"east": {"west": 10}},
+        }
+    )
+    nodes = {n.name: n for n in nodes_from_config(config)}
+    assert (nodes["t-0"].hami, nodes["a-0"].hami, nodes["h-0"].hami) == (True, False, True)
+    assert (nodes["a-0"].device_classes, nodes["t-0"].device_classes) == (("mig.nvidia.com",), ())
