@@ -115,20 +115,12 @@ class Pin:
     """Least card memory in GB; None: any."""
 
 
-@dataclass(frozen=True)
-class _Row:
-    gpu: str
-    gpus: int | None
-
-
 @cache
-def _table() -> dict[tuple[str, str], _Row]:
-    """(label, value in lower case) -> its row of data/gpus/node_labels.csv."""
+def _table() -> dict[tuple[str, str], str]:
+    """(label, value in lower case) -> the pin of its row of data/gpus/node_labels.csv (whose `gpus` column,
+    the cards of an instance type, is for people: a pod's cards are its own limits)."""
     with NODE_LABELS_CSV.open(newline="") as f:
-        return {
-            (r["label"], r["value"].lower()): _Row(r["gpu"], int(r["gpus"]) if r["gpus"] else None)
-            for r in csv.DictReader(f)
-        }
+        return {(r["label"], r["value"].lower()): r["gpu"] for r in csv.DictReader(f)}
 
 
 def understood() -> str:
@@ -136,7 +128,7 @@ def understood() -> str:
     keys = (
         PRODUCT_LABEL,
         FAMILY_LABEL,
-        MEMORY_LABEL,
+        *MIB_MEMORY_LABELS,
         MACHINE_LABEL,
         PRESENT_LABEL,
         *TABLE_LABELS,
@@ -204,14 +196,14 @@ def _family(key: str, value: str) -> set[str]:
 
 def _tabled(key: str, value: str) -> set[str]:
     label = INSTANCE_TYPE_LABELS[0] if key in (*INSTANCE_TYPE_LABELS, MACHINE_LABEL) else key
-    row = _table().get((label, value.lower()))
-    if row is None:
+    pin = _table().get((label, value.lower()))
+    if pin is None:
         known = sorted(v for (lab, v) in _table() if lab == label)
         raise PinError(
             f"{key}={value!r} is not a value cpn maps to a GPU (data/gpus/node_labels.csv knows "
             f"{len(known)}, e.g. {', '.join(known[:6])}); pin the card with {PRODUCT_LABEL} instead"
         )
-    return {row.gpu}
+    return {pin}
 
 
 def _model_name(key: str, value: str) -> set[str]:

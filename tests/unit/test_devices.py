@@ -187,8 +187,12 @@ def test_a_job_asking_for_no_gpu_is_refused_and_a_gpu_less_ps_task_still_rides_a
     (problem,) = refused(CPU_VOLCANO)
     assert (problem.field, problem.reason) == ("spec", CPU_ONLY_REASON)
     with_gpus = CPU_VOLCANO.replace('limits: {cpu: "2"}', 'limits: {cpu: "2", nvidia.com/gpu: 1}')
-    spec, _ = read_one(with_gpus)
+    spec, reading = read_one(
+        with_gpus.replace("  schedulerName: volcano\n", "  schedulerName: volcano\n  queue: research\n")
+    )
     assert (spec.num_gpus, spec.pod_gpus, spec.cpu) == (2, (1, 1), 4.0)
+    assert "queue" not in yaml.safe_load(spec.manifest)["spec"]  # a queue the chosen cluster may not have
+    assert "removed other schedulers' queues (spec.queue=research)" in reading.summary()
 
 
 # HAMi's README (Project-HAMi/HAMi): "nvidia.com/gpu: 1 # requesting 1 vGPUs; nvidia.com/gpumem: 3000 # Each
