@@ -35,7 +35,7 @@ import csv
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from config.settings import DATA_DIR
 from cpn.gpus import canonical_gpu
@@ -257,10 +257,12 @@ def _model(key: str) -> tuple[str, tuple[str, ...]]:
     return key, ()
 
 
+@lru_cache(maxsize=4096)
 def pin_matches(pin: str, product: str, memory_gb: float, gpu_type: str = "") -> bool:
     """Whether a node whose card is `product` (its `nvidia.com/gpu.product`) of `memory_gb`, of GPU type
     `gpu_type` (config aliases), matches `pin`: the same product in any spelling or alias, or, for a pin
-    that is a model with an optional memory (`a100`, `a100-40gb`), a card of that model and memory."""
+    that is a model with an optional memory (`a100`, `a100-40gb`), a card of that model and memory.
+    Cached: the policies ask it of every job and node they consider."""
     key = canonical_gpu(pin)
     node_key = canonical_gpu(product)
     if key in (node_key, gpu_type):

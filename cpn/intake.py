@@ -38,11 +38,13 @@ do, by toleration) needs one GPU; a job that neither asks for nor pins a GPU is 
 What was read, and which of these rules counted the GPUs, is said back with each job (`Reading`).
 
 What the manifest already says about where the job may run narrows cpn's choice: a
-`nodeSelector` or required node affinity on `nvidia.com/gpu.product`, `<domain>/node.usage` or
-`nvidia.com/gpu.memory`, and the pod's tolerations of the `nvidia.com/gpu.product` taint (the
-seed's way to name a card), become `gpu_products`, `node_pools` and `gpu_memory_min_gb`
-(cpn.rules.constraint_problem). A Service that selects a Deployment's pods is kept in the
-Deployment's manifest and submitted with it.
+`nodeSelector` or required node affinity on `<domain>/node.usage` or on any GPU label cpn knows
+(cpn.devices: GPU Feature Discovery's, GKE's, EKS's and AKS's accelerator labels, instance types), and
+the pod's tolerations of the `nvidia.com/gpu.product` taint (the seed's way to name a card), become
+`gpu_products`, `node_pools` and `gpu_memory_min_gb` (cpn.rules.constraint_problem); a GPU label it
+cannot read is refused. HAMi slices (`nvidia.com/gpumem`, ...) make the job share a card on HAMi nodes,
+DRA claims are counted from their templates (`_dra`), `priorityClassName` gives the priority, and the
+objects of the file the pods reference travel with the job (`_with_companions`).
 
 `JobSpec.manifest` keeps each job's document, re-serialised as YAML: the same
 content, without the comments and layout of the file it came in.
