@@ -515,7 +515,8 @@ def _with_companions(spec: JobSpec, beside: list[dict], number: int) -> _Finishe
         kind, name = obj.get("kind"), meta.get("name")
         if kind not in COMPANION_KINDS or meta.get("namespace", "default") != namespace:
             continue
-        selector = (obj.get("spec") or {}).get("selector") if kind == "Service" else None
+        spec_of = obj.get("spec")
+        selector = spec_of.get("selector") if kind == "Service" and isinstance(spec_of, dict) else None
         if (kind, name) in wanted or (
             isinstance(selector, dict)
             and selector
@@ -527,7 +528,10 @@ def _with_companions(spec: JobSpec, beside: list[dict], number: int) -> _Finishe
         if not optional and kind not in DRA_KINDS:  # a DRA claim's absence is a problem (`_dra`)
             notes.append(f"{kind} {name} is not in the file: the cluster it runs on must already hold it")
     if mine:
-        notes.append("carried with it: " + ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in mine))
+        notes.append(
+            "carried with it: "
+            + ", ".join(f"{o['kind']} {(o.get('metadata') or {}).get('name')}" for o in mine)
+        )
     manifest = dump(doc) if changed else spec.manifest
     manifest += "".join("---\n" + dump(obj) for obj in mine)
     spec = replace(spec, manifest=manifest, priority=priority)
@@ -583,6 +587,7 @@ def _dra(
     objects = {(o.get("kind"), (o.get("metadata") or {}).get("name")): o for o in carried}
     sizes: list[int] = []
     classes: set[str] = set()
+    any_mig = False
     for pod in pods:
         cards = _pod_gpus(pod.containers, _Collector(0, None)) or 0
         mig = False
@@ -605,9 +610,14 @@ def _dra(
                 profiles = f" (MIG {', '.join(found.profiles)})" if found.profiles else ""
                 notes.append(f"claim {claim}: {found.count} x {found.device_class}{profiles}")
         cards += 1 if mig else 0
+        any_mig = any_mig or mig
         sizes.extend([cards] * pod.replicas if cards else [])
-    if mig_note := [n for n in notes if "(MIG" in n]:
-        notes.append(f"MIG slices of a pod are taken as one whole card ({len(mig_note)} MIG claim(s))")
+    if not sizes and not col.problems:
+        col.add(
+            "spec", "its pods' DRA claims ask for no device; give each claim a request with a deviceClassName"
+        )
+    if any_mig:
+        notes.append("MIG slices of a pod are held as one whole card")
     return tuple(sizes), tuple(sorted(classes))
 
 
@@ -641,10 +651,8 @@ def _devices(request: dict) -> _Devices | str:
     count = body.get("count", 1)
     if type(count) is not int or not 1 <= count <= MAX_GPUS:
         return f"request {name}: count {_quote(count)} is not a whole number from 1 to {MAX_GPUS}"
-    selectors = body.get("selectors") if isinstance(body.get("selectors"), list) else []
-    expressions = [
-        str(((s or {}).get("cel") or {}).get("expression", "")) for s in selectors if isinstance(s, dict)
-    ]
+    cels = [s.get("cel") for s in _items(body.get("selectors")) if isinstance(s, dict)]
+    expressions = [str(c.get("expression", "")) for c in cels if isinstance(c, dict)]
     profiles = tuple(sorted({p for e in expressions for p in _PROFILE.findall(e)}))
     return _Devices(device_class, count, profiles)
 
@@ -676,7 +684,7 @@ def _at(doc: dict, field: str) -> Any:
 
 def _references(pod: dict) -> Iterable[tuple[str, str, bool]]:
     """(kind, name, optional) of every ConfigMap, Secret and PersistentVolumeClaim a pod spec references."""
-    for volume in pod.get("volumes") or []:
+    for volume in _items(pod.get("volumes")):
         if not isinstance(volume, dict):
             continue
         if isinstance(cm := volume.get("configMap"), dict) and cm.get("name"):
@@ -686,30 +694,36 @@ def _references(pod: dict) -> Iterable[tuple[str, str, bool]]:
         if isinstance(claim := volume.get("persistentVolumeClaim"), dict) and claim.get("claimName"):
             yield "PersistentVolumeClaim", str(claim["claimName"]), False
         projected = volume.get("projected") if isinstance(volume.get("projected"), dict) else {}
-        for source in projected.get("sources") or []:
+        for source in _items(projected.get("sources")):
             for key, kind in (("configMap", "ConfigMap"), ("secret", "Secret")):
                 ref = source.get(key) if isinstance(source, dict) else None
                 if isinstance(ref, dict) and ref.get("name"):
                     yield kind, str(ref["name"]), bool(ref.get("optional"))
     for _, kind, name in _claim_refs(pod):
         yield kind, name, False
-    for secret in pod.get("imagePullSecrets") or []:
+    for secret in _items(pod.get("imagePullSecrets")):
         if isinstance(secret, dict) and secret.get("name"):
             yield "Secret", str(secret["name"]), False
-    for container in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
+    for container in [*_items(pod.get("initContainers")), *_items(pod.get("containers"))]:
         if not isinstance(container, dict):
             continue
-        for source in container.get("envFrom") or []:
+        for source in _items(container.get("envFrom")):
             for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
                 ref = source.get(key) if isinstance(source, dict) else None
                 if isinstance(ref, dict) and ref.get("name"):
                     yield kind, str(ref["name"]), bool(ref.get("optional"))
-        for env in container.get("env") or []:
+        for env in _items(container.get("env")):
             source = env.get("valueFrom") if isinstance(env, dict) else None
             for key, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
                 ref = source.get(key) if isinstance(source, dict) else None
                 if isinstance(ref, dict) and ref.get("name"):
                     yield kind, str(ref["name"]), bool(ref.get("optional"))
+
+
+def _items(value: Any) -> list:
+    """`value` if it is a list, else none: the fields read after intake accepted a workload are not all
+    checked by it (a pod's volumes, env, claims), and a malformed one must not break intake."""
+    return value if isinstance(value, list) else []
 
 
 def _drop_queue_labels(doc: dict, notes: list[str]) -> bool:
@@ -747,7 +761,7 @@ def _class_priority(doc: dict, pod_specs: list[dict], beside: list[dict], notes:
         notes.append(f"priority {annotated} from the priority annotation, not priorityClassName {names[0]}")
         return int(str(annotated))
     defined = {
-        str(o["metadata"]["name"]): o["value"]
+        str(o["metadata"].get("name")): o["value"]
         for o in beside
         if o.get("kind") == "PriorityClass"
         and isinstance(o.get("metadata"), dict)
@@ -1232,7 +1246,7 @@ def _claim_refs(pod_spec: dict) -> list[tuple[str, str, str]]:
     ResourceClaimTemplate (one claim per pod) or a ResourceClaim (shared), as Kubernetes 1.31+ writes them
     (`resourceClaimTemplateName`) and as before (`source.resourceClaimTemplateName`)."""
     out = []
-    for claim in pod_spec.get("resourceClaims") or []:
+    for claim in _items(pod_spec.get("resourceClaims")):
         if not isinstance(claim, dict):
             continue
         source = claim.get("source") if isinstance(claim.get("source"), dict) else claim

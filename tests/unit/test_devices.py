@@ -337,6 +337,11 @@ spec:
     assert (spec.num_gpus, spec.device_classes) == (2, ("gpu.nvidia.com",))
     (problem,) = refused(template.replace("count: 2", "allocationMode: All") + text)
     assert "allocationMode All" in problem.reason and problem.field.endswith("resourceClaims[0]")
+    empty = template.replace(
+        "      - name: gpus\n        exactly: {deviceClassName: gpu.nvidia.com, count: 2}\n", ""
+    )
+    (problem,) = refused(empty.replace("requests:", "requests: []") + text)
+    assert "ask for no device" in problem.reason
     (problem,) = refused(text)  # the template is not in the file
     assert "ResourceClaimTemplate mig-devices is not in the file" in problem.reason
 
@@ -499,3 +504,20 @@ def test_simulated_nodes_carry_hami_and_device_classes_from_their_config():
     nodes = {n.name: n for n in nodes_from_config(config)}
     assert (nodes["t-0"].hami, nodes["a-0"].hami, nodes["h-0"].hami) == (True, False, True)
     assert (nodes["a-0"].device_classes, nodes["t-0"].device_classes) == (("mig.nvidia.com",), ())
+
+
+def test_malformed_references_and_companions_are_read_around_not_crashed_on():
+    text = CONFIGMAP_JOB.replace(
+        "      volumes:\n", "      resourceClaims: claims\n      imagePullSecrets: 5\n      volumes:\n"
+    ).replace(
+        "  resources: {requests: {storage: 100Gi}}",
+        "  resources: {requests: {storage: 100Gi}}\n---\n"
+        "apiVersion: v1\nkind: Service\nmetadata: {name: odd, namespace: team}\nspec: [1, 2]\n---\n"
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {}\nvalue: 5\n",
+    )
+    spec, _ = read_one(text)
+    assert [d["kind"] for d in yaml.safe_load_all(spec.manifest)] == [
+        "Job",
+        "ConfigMap",
+        "PersistentVolumeClaim",
+    ]
