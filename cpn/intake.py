@@ -389,6 +389,7 @@ def read_manifests(
     first_doc_of: dict[str, int] = {}
     skipped: list[str] = []
     beside: list[dict] = []
+    docs: dict[str, dict] = {}
     for number, (first_line, chunk) in enumerate(pieces, start=1):
         if len(problems) >= MAX_PROBLEMS:
             break
@@ -417,6 +418,7 @@ def read_manifests(
                 beside.append(doc)
             continue
         first_doc_of[parsed[0].job_id] = number
+        docs[parsed[0].job_id] = doc
         read.append(parsed)
     if not read and not problems:
         found = f"found only {', '.join(skipped)}" if skipped else "the file is empty"
@@ -426,7 +428,7 @@ def read_manifests(
         problems = problems[:MAX_PROBLEMS] + [Problem(0, None, "", f"{more} more problem(s) not listed")]
     if problems:
         raise IntakeError(source, problems)
-    done = [_with_companions(spec, beside, first_doc_of[spec.job_id]) for spec, _ in read]
+    done = [_with_companions(spec, docs[spec.job_id], beside, first_doc_of[spec.job_id]) for spec, _ in read]
     late = [p for d in done for p in d.problems]
     if late:
         raise IntakeError(source, late[:MAX_PROBLEMS])
@@ -484,9 +486,10 @@ class _Finished:
     """Where its GPU count came from when its DRA claims gave it; None: as read before."""
 
 
-def _with_companions(spec: JobSpec, beside: list[dict], number: int) -> _Finished:
-    """`spec` (of document `number`) finished with what the other documents of its file say, and notes of
-    what intake did; problems when its DRA claims cannot be counted (`_dra`).
+def _with_companions(spec: JobSpec, doc: dict, beside: list[dict], number: int) -> _Finished:
+    """`spec`, read from `doc` (document `number`, which this changes), finished with what the other
+    documents of its file say, and notes of what intake did; problems when its DRA claims cannot be
+    counted (`_dra`).
 
     - Its manifest is followed by the objects of the file its pods need, so that they are submitted with
       it to whichever cluster it is placed on: the ConfigMaps, Secrets and PersistentVolumeClaims its
@@ -501,7 +504,7 @@ def _with_companions(spec: JobSpec, beside: list[dict], number: int) -> _Finishe
     - Its pods' DRA claims are counted from the ResourceClaimTemplates and ResourceClaims of the file,
       which travel with it (`_dra`).
     """
-    doc = yaml.safe_load(spec.manifest)
+    doc = _text_annotations(doc)  # as its manifest holds it
     col = _Collector(number, doc)
     notes: list[str] = []
     namespace = spec.job_id.split("/")[0]
