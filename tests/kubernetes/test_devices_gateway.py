@@ -12,7 +12,7 @@ from cpn.decisions import Placement
 from cpn.intake import read_manifests
 from cpn.inventory import Node
 from tests.kubernetes.conftest import DOMAIN, gpu_labels, make_gateway, seed_taints
-from tests.unit.test_devices import CONFIGMAP_JOB, GKE_JOB, MIG_JOB
+from tests.unit.test_devices import CONFIGMAP_JOB, GKE_JOB, MIG_JOB, WHOLE_GPU_TEMPLATE
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 
@@ -85,3 +85,17 @@ def test_a_live_node_runs_hami_when_hamis_device_plugin_registered_it(server):
     hami["metadata"]["annotations"] = {"hami.io/node-nvidia-register": f"[{card}]"}
     states = {s.node.name: s.node.hami for s in make_gateway(server).inventory()}
     assert states == {"plain-0": False, "hami-0": True}
+
+
+def test_the_dra_manifests_read_are_the_real_apis():
+    """The claim objects the tests read are valid resource.k8s.io objects (v1beta1 from 1.32, v1 in 1.34),
+    and the workload bound around them valid for 1.34."""
+    node = Node("c", "dra-0", A100, 8, 40, 96, "training", device_classes=("mig.nvidia.com",))
+    ((spec, _),) = read_manifests(MIG_JOB)
+    workload, template = KubernetesBinder(DOMAIN, lambda cluster, name: node).bind(
+        spec, Placement(spec.job_id, "c", "dra-0", 1)
+    )
+    validate_object(template, "1.32")
+    validate_object(workload, "1.34")
+    v1 = yaml.safe_load(WHOLE_GPU_TEMPLATE)
+    validate_object(v1, "1.34")

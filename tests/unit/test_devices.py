@@ -318,10 +318,8 @@ def test_a_mig_dra_claim_is_read_carried_and_placed_only_where_the_class_is_offe
     assert isinstance(admit(spec, Placement(spec.job_id, "c", "dra-0", 1), states), Admitted)
 
 
-def test_whole_gpu_dra_claims_count_their_devices_and_uncountable_ones_are_refused():
-    # resource.k8s.io/v1 (Kubernetes 1.34) writes the request under `exactly`.
-    text = MIG_JOB.replace("resource.k8s.io/v1beta1", "resource.k8s.io/v1").split("---")[1]
-    template = """
+# resource.k8s.io/v1 (Kubernetes 1.34) writes a request's device class and count under `exactly`.
+WHOLE_GPU_TEMPLATE = """
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
 metadata: {name: mig-devices}
@@ -331,8 +329,12 @@ spec:
       requests:
       - name: gpus
         exactly: {deviceClassName: gpu.nvidia.com, count: 2}
----
 """
+
+
+def test_whole_gpu_dra_claims_count_their_devices_and_uncountable_ones_are_refused():
+    text = MIG_JOB.split("---")[1]
+    template = WHOLE_GPU_TEMPLATE + "---\n"
     spec, _ = read_one(template + text)
     assert (spec.num_gpus, spec.device_classes) == (2, ("gpu.nvidia.com",))
     (problem,) = refused(template.replace("count: 2", "allocationMode: All") + text)
