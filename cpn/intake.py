@@ -1283,7 +1283,7 @@ def _gang(
             f'says {per_pod} GPUs but the pod\'s resources.limits["{GPU_RESOURCE}"] add up to {limit}; '
             "make them agree or drop the annotation",
         )
-    pinned = [p for p in pods if _pins_a_gpu(p)]
+    pinned = [] if holding else [p for p in pods if _pins_a_gpu(p)]
     if not holding and pods and (per_pod or pinned):
         first = (pinned or pods)[0]
         holding = [(first, per_pod or 1, cpus[pods.index(first)])]
