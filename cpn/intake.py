@@ -1184,9 +1184,10 @@ def _job_gang(doc: dict, api: str, per_pod: int | None, col: _Collector) -> tupl
     claimed = [bool(_claim_refs(p.spec)) for p in pods]
     # A pod of HAMi slices without a GPU limit holds one card (HAMi's default-gpu-num); a pod of DRA claims
     # one per claiming pod until its claims are counted from their templates (`_with_companions`).
+    limits = [_pod_gpus(p.containers, col) for p in pods]
     gpus = [
         g if g is not None or (s is None and not c) else 1
-        for g, s, c in zip((_pod_gpus(p.containers, col) for p in pods), slices, claimed, strict=True)
+        for g, s, c in zip(limits, slices, claimed, strict=True)
     ]
     cpus = [_pod_cpu(p.containers, col) for p in pods]
     gang = _gang(pods, gpus, cpus, per_pod, col)
@@ -1196,12 +1197,19 @@ def _job_gang(doc: dict, api: str, per_pod: int | None, col: _Collector) -> tupl
         gang = replace(
             gang, hami=True, gpu_share=max(s.share for s in found), gpu_mem_gb=max(memory) if memory else None
         )
+        if any(g is None and s is not None for g, s in zip(limits, slices, strict=True)):
+            gang = replace(gang, gpus_from=HAMI_GPUS_FROM)
     return pods, gang
 
 
 HAMI_MEMORY = "nvidia.com/gpumem"
 HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
 HAMI_CORES = "nvidia.com/gpucores"
+HAMI_GPUS_FROM = (
+    f'resources.limits["{GPU_RESOURCE}"] of the pods\' containers, one card per pod of HAMi slices without '
+    "it (HAMi's default-gpu-num)"
+)
+"""`Reading.gpus_from` of a job some of whose pods ask for HAMi slices without a GPU limit."""
 HAMI_SPLIT_COUNT = 10
 """HAMi's default `deviceSplitCount`: at most this many tasks share one card, so one slice takes at least
 1/10 of it (Project-HAMi/HAMi, docs/config.md)."""

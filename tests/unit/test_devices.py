@@ -242,6 +242,8 @@ def test_hami_slices_are_a_share_of_a_card_placed_only_on_hami_nodes():
 def test_a_memory_percentage_alone_is_a_share_and_bad_slices_are_refused():
     spec, _ = read_one(HAMI_JOB.replace("nvidia.com/gpumem: 3000\n", "nvidia.com/gpumem-percentage: 50\n"))
     assert (spec.gpu_share, spec.gpu_mem_gb) == (0.5, None)
+    spec, reading = read_one(HAMI_JOB.replace("            nvidia.com/gpu: 1\n", ""))
+    assert (spec.num_gpus, spec.gpu_share) == (1, 0.3) and "HAMi's default-gpu-num" in reading.gpus_from
     (problem,) = refused(HAMI_JOB.replace("nvidia.com/gpucores: 30", "nvidia.com/gpucores: 300"))
     assert problem.field.endswith('limits["nvidia.com/gpucores"]') and "1 to 100" in problem.reason
 
