@@ -10,9 +10,10 @@ from cpn.gpus import canonical_gpu
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
-HAMI_NODE_ANNOTATION = "hami.io/node-nvidia-register"
+HAMI_NODE_ANNOTATIONS = ("hami.io/node-nvidia-register", "4pd.io/node-nvidia-register")
 """Annotation HAMi's device plugin writes on every node whose NVIDIA cards it registers (Project-HAMi/HAMi,
-pkg/device/nvidia: the node's devices for the HAMi scheduler)."""
+pkg/device/nvidia: the node's devices for the HAMi scheduler); the second is its name before HAMi's
+rename (4paradigm's k8s-vgpu-scheduler)."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Node:
     """Canonical GPU key when a config alias names it; empty = derive it from `gpu_product`."""
     hami: bool = False
     """The node runs HAMi's device plugin, so pods asking for card slices (`nvidia.com/gpumem`, ...) can
-    start on it: a live node says so by HAMi's registration annotation (HAMI_NODE_ANNOTATION), a simulated
+    start on it: a live node says so by HAMi's registration annotation (HAMI_NODE_ANNOTATIONS), a simulated
     one by its config (`Cluster.hami`, `NodeGroup.hami`)."""
     device_classes: tuple[str, ...] = ()
     """DRA device classes the node's drivers offer (`gpu.nvidia.com`, `mig.nvidia.com`), as its config
