@@ -60,6 +60,16 @@ class NodeGroup(_Strict):
     usage: Usage = Field("training", description="Node pool: training, inference or hybrid.")
     extra_labels: dict[str, str] = Field(default_factory=dict, description="Labels beyond the scheme.")
     extra_taints: tuple[TaintConfig, ...] = Field((), description="Taints beyond the scheme.")
+    hami: bool = Field(
+        False,
+        description="The nodes run HAMi's device plugin: jobs asking for card slices (nvidia.com/gpumem, "
+        "gpumem-percentage, gpucores) may run here (every node of a `hami` cluster does).",
+    )
+    device_classes: tuple[str, ...] = Field(
+        (),
+        description="DRA DeviceClasses the nodes' drivers offer (e.g. gpu.nvidia.com, mig.nvidia.com): jobs "
+        "whose resource claims ask for a class run only where it is offered.",
+    )
 
 
 class PromQuery(_Strict):

@@ -32,15 +32,19 @@ GPU-holding pod counts, replicas multiplied out (a Volcano task's `replicas`, a 
 Volcano's TensorFlow example, a ps task and 3 one-GPU workers, needs 3 GPUs. Pods without
 GPUs (the ps task) are not placed by cpn. A `gpu_count` annotation may stand in for the GPU
 limit of each pod (production pods often leave the limit out); when both are given they must
-agree. With neither, each pod of the first template needs one GPU; with no CPU declared, one core.
+agree. With neither, each pod of the first template that pins a GPU product (as the seed's examples
+do, by toleration) needs one GPU; a job that neither asks for nor pins a GPU is refused
+(`CPU_ONLY_REASON`: cpn places GPU jobs). A pod with no CPU declared needs one core.
 What was read, and which of these rules counted the GPUs, is said back with each job (`Reading`).
 
 What the manifest already says about where the job may run narrows cpn's choice: a
-`nodeSelector` or required node affinity on `nvidia.com/gpu.product`, `<domain>/node.usage` or
-`nvidia.com/gpu.memory`, and the pod's tolerations of the `nvidia.com/gpu.product` taint (the
-seed's way to name a card), become `gpu_products`, `node_pools` and `gpu_memory_min_gb`
-(cpn.rules.constraint_problem). A Service that selects a Deployment's pods is kept in the
-Deployment's manifest and submitted with it.
+`nodeSelector` or required node affinity on `<domain>/node.usage` or on any GPU label cpn knows
+(cpn.devices: GPU Feature Discovery's, GKE's, EKS's and AKS's accelerator labels, instance types), and
+the pod's tolerations of the `nvidia.com/gpu.product` taint (the seed's way to name a card), become
+`gpu_products`, `node_pools` and `gpu_memory_min_gb` (cpn.rules.constraint_problem); a GPU label it
+cannot read is refused. HAMi slices (`nvidia.com/gpumem`, ...) make the job share a card on HAMi nodes,
+DRA claims are counted from their templates (`_dra`), `priorityClassName` gives the priority, and the
+objects of the file the pods reference travel with the job (`_with_companions`).
 
 `JobSpec.manifest` keeps each job's document, re-serialised as YAML: the same
 content, without the comments and layout of the file it came in.
@@ -61,9 +65,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from cpn.inventory import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
+from cpn import devices
+from cpn.inventory import GPU_PRODUCT_LABEL
 from cpn.jobs import JobKind, JobSpec, normalise_precision
 from cpn.model_names import model_key
+from cpn.priority_classes import class_priority
 from cpn.rules import POOLS_FOR_KIND, USAGE_TAINT_SUFFIX
 from cpn.safe_yaml import DEFAULT_LIMITS, Budget, LimitExceeded, Limits, clip, dump, load_one
 
@@ -84,6 +90,8 @@ SKIPPED_KINDS = frozenset(
         "PersistentVolumeClaim",
         "PodDisruptionBudget",
         "PriorityClass",
+        "ResourceClaim",
+        "ResourceClaimTemplate",
         "Role",
         "RoleBinding",
         "Secret",
@@ -93,17 +101,26 @@ SKIPPED_KINDS = frozenset(
 )
 """Kinds that travel beside a job in one file and are skipped; any other kind is an error."""
 
+GPU_RESOURCE = "nvidia.com/gpu"
+"""Extended resource name of NVIDIA GPUs in container resource limits."""
+
 _PRODUCT_KEY = GPU_PRODUCT_LABEL
-_MEMORY_KEY = GPU_MEMORY_LABEL
 _USAGE_SUFFIX = USAGE_TAINT_SUFFIX
+
+CPU_ONLY_REASON = (
+    f"cpn places GPU jobs; this job asks for no GPU (no pod has a {GPU_RESOURCE} limit or pins a GPU, and "
+    "it has no gpu_count annotation): submit it to the cluster directly, or give the pods that need cards "
+    f'a resources.limits["{GPU_RESOURCE}"]'
+)
+"""Why a job none of whose pods asks for a GPU is refused: cpn's placement counts cards (a gang's CPU is
+shared out per card), so a job of none has no place in it, and charging it a card it does not use would
+keep that card from a GPU job."""
 
 MAX_GPUS = 1024
 """Most GPUs one pod may ask for (the largest nodes hold 8 to 16; this leaves room, not 10^24)."""
 MAX_CPU = 100_000
 """Most CPU cores one pod may ask for."""
 
-GPU_RESOURCE = "nvidia.com/gpu"
-"""Extended resource name of NVIDIA GPUs in container resource limits."""
 
 _SUPPORTED_TEXT = ", ".join(f"{api} {kind}" for api, kind in SUPPORTED_KINDS)
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -292,9 +309,13 @@ class Reading:
     """Least card memory its manifest requires (`nvidia.com/gpu.memory`); None: any."""
     cpu: float
     """CPU cores of its GPU-holding pods in all."""
+    notes: tuple[str, ...] = ()
+    """What intake did to the job or assumed of its clusters, told when it is accepted: the objects of the
+    file carried with it, the ones its clusters must already hold, where its priority came from, other
+    schedulers' queue labels removed (`_with_companions`). Not kept: a job shown later has none."""
 
     @classmethod
-    def of(cls, spec: JobSpec, gpus_from: str | None = None) -> Reading:
+    def of(cls, spec: JobSpec, gpus_from: str | None = None, notes: tuple[str, ...] = ()) -> Reading:
         """The reading of accepted `spec`; without `gpus_from`, that is read again from its stored manifest
         by the rules that counted it (a job shown after it was accepted)."""
         sizes = spec.pod_gpus or (spec.num_gpus,)
@@ -311,6 +332,7 @@ class Reading:
             gpu_mem_gb=spec.gpu_mem_gb,
             gpu_memory_min_gb=spec.gpu_memory_min_gb,
             cpu=spec.cpu,
+            notes=notes,
         )
 
     def summary(self) -> str:
@@ -329,7 +351,7 @@ class Reading:
         ]
         if self.gpu_memory_min_gb is not None:
             parts.append(f"cards of at least {self.gpu_memory_min_gb:g} GB")
-        return "; ".join([*parts, _count(self.cpu, "CPU")])
+        return "; ".join([*parts, _count(self.cpu, "CPU"), *self.notes])
 
 
 def _count(n: float, unit: str) -> str:
@@ -366,7 +388,8 @@ def read_manifests(
     read: list[tuple[JobSpec, str]] = []
     first_doc_of: dict[str, int] = {}
     skipped: list[str] = []
-    services: list[dict] = []
+    beside: list[dict] = []
+    docs: dict[str, dict] = {}
     for number, (first_line, chunk) in enumerate(pieces, start=1):
         if len(problems) >= MAX_PROBLEMS:
             break
@@ -392,10 +415,10 @@ def read_manifests(
         if parsed is None:
             if not collector.problems:
                 skipped.append(str(doc.get("kind")))
-                if doc.get("kind") == "Service" and doc.get("apiVersion") == "v1":
-                    services.append(doc)
+                beside.append(doc)
             continue
         first_doc_of[parsed[0].job_id] = number
+        docs[parsed[0].job_id] = doc
         read.append(parsed)
     if not read and not problems:
         found = f"found only {', '.join(skipped)}" if skipped else "the file is empty"
@@ -405,14 +428,22 @@ def read_manifests(
         problems = problems[:MAX_PROBLEMS] + [Problem(0, None, "", f"{more} more problem(s) not listed")]
     if problems:
         raise IntakeError(source, problems)
-    specs = _with_services([spec for spec, _ in read], services)
-    return [(spec, Reading.of(spec, gpus_from)) for spec, (_, gpus_from) in zip(specs, read, strict=True)]
+    done = [_with_companions(spec, docs[spec.job_id], beside, first_doc_of[spec.job_id]) for spec, _ in read]
+    late = [p for d in done for p in d.problems]
+    if late:
+        raise IntakeError(source, late[:MAX_PROBLEMS])
+    return [
+        (d.spec, Reading.of(d.spec, d.gpus_from or gpus_from, d.notes))
+        for d, (_, gpus_from) in zip(done, read, strict=True)
+    ]
 
 
 def _stored_gpus_from(spec: JobSpec) -> str:
     """`Reading.gpus_from` of an accepted job, read again from its stored manifest (its first document)."""
     if not spec.manifest:
         return "num_gpus of the job's trace row (it came without a manifest)"
+    if spec.device_classes:
+        return DRA_GPUS_FROM
     (_, first), *_ = _split_documents(spec.manifest)
     doc = load_one(first, Budget(DEFAULT_LIMITS))
     col = _Collector(1, doc)  # not reported: the manifest passed intake when it was accepted
@@ -421,30 +452,336 @@ def _stored_gpus_from(spec: JobSpec) -> str:
     return gang.gpus_from
 
 
-def _with_services(specs: list[JobSpec], services: list[dict]) -> list[JobSpec]:
-    """Each Deployment's manifest followed by the Services of the stream that select its pods, so that
-    they are submitted with it to the cluster it is placed on."""
-    if not services:
-        return specs
-    out = []
-    for spec in specs:
-        doc = yaml.safe_load(spec.manifest) if spec.kind == "inference" else None
-        template = ((doc or {}).get("spec") or {}).get("template") or {}
-        labels = (template.get("metadata") or {}).get("labels") or {}
-        namespace = spec.job_id.split("/")[0]
-        mine = [
-            svc
-            for svc in services
-            if isinstance(selector := (svc.get("spec") or {}).get("selector"), dict)
+QUEUE_LABELS = (
+    "kueue.x-k8s.io/queue-name",
+    "kueue.x-k8s.io/priority-class",
+    "volcano.sh/queue-name",
+    "scheduling.volcano.sh/queue-name",
+    "yunikorn.apache.org/queue",
+    "queue",
+)
+"""Labels and annotations by which other schedulers queue a workload (Kueue's LocalQueue and
+WorkloadPriorityClass, Volcano's queue, YuniKorn's queue). cpn has placed the job when it submits it: left
+on the object, a cluster running that scheduler would hold it again in a queue that may not exist there."""
+
+COMPANION_KINDS = (
+    "ConfigMap",
+    "Secret",
+    "PersistentVolumeClaim",
+    "Service",
+    "ResourceClaimTemplate",
+    "ResourceClaim",
+)
+"""Kinds of the objects a job's pods reference that travel with it (`_with_companions`)."""
+
+
+@dataclass(frozen=True)
+class _Finished:
+    """A job finished with the rest of its file (`_with_companions`)."""
+
+    spec: JobSpec
+    notes: tuple[str, ...]
+    problems: list[Problem]
+    gpus_from: str | None
+    """Where its GPU count came from when its DRA claims gave it; None: as read before."""
+
+
+def _with_companions(spec: JobSpec, doc: dict, beside: list[dict], number: int) -> _Finished:
+    """`spec`, read from `doc` (document `number`, which this changes), finished with what the other
+    documents of its file say, and notes of what intake did; problems when its DRA claims cannot be
+    counted (`_dra`).
+
+    - Its manifest is followed by the objects of the file its pods need, so that they are submitted with
+      it to whichever cluster it is placed on: the ConfigMaps, Secrets and PersistentVolumeClaims its
+      pods mount or read (volumes, projected volumes, env, envFrom, imagePullSecrets) and the Services
+      that select its pods, of its namespace. One referenced but not in the file is accepted, and the
+      note says the cluster must already hold it: Secrets are seldom shipped in job files, and clusters
+      often hold shared ConfigMaps and claims; refusing would turn away jobs the cluster runs. A
+      reference marked `optional` needs nothing.
+    - Its priority comes from its pods' `priorityClassName` (cpn.priority_classes), unless its own
+      `priority` annotation says it; the PriorityClass objects of the file define classes.
+    - Other schedulers' queue labels (QUEUE_LABELS) and a Volcano Job's `spec.queue` are removed.
+    - Its pods' DRA claims are counted from the ResourceClaimTemplates and ResourceClaims of the file,
+      which travel with it (`_dra`).
+    """
+    doc = _text_annotations(doc)  # as its manifest holds it
+    col = _Collector(number, doc)
+    notes: list[str] = []
+    namespace = spec.job_id.split("/")[0]
+    pod_specs, pod_labels = _pod_parts(doc)
+    changed = _drop_queue_labels(doc, notes)
+    priority = _class_priority(doc, pod_specs, beside, notes)
+    wanted = {(kind, name): optional for pod in pod_specs for kind, name, optional in _references(pod)}
+    mine: list[dict] = []
+    for obj in beside:
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        kind, name = obj.get("kind"), meta.get("name")
+        if kind not in COMPANION_KINDS or meta.get("namespace", "default") != namespace:
+            continue
+        spec_of = obj.get("spec")
+        selector = spec_of.get("selector") if kind == "Service" and isinstance(spec_of, dict) else None
+        if (kind, name) in wanted or (
+            isinstance(selector, dict)
             and selector
-            and selector.items() <= labels.items()
-            and (svc.get("metadata") or {}).get("namespace", "default") == namespace
-        ]
-        if mine:
-            extra = "".join("---\n" + yaml.dump(svc, Dumper=_SafeDumper, sort_keys=False) for svc in mine)
-            spec = replace(spec, manifest=spec.manifest + extra)
-        out.append(spec)
-    return out
+            and any(selector.items() <= lab.items() for lab in pod_labels)
+        ):
+            mine.append(obj)
+            wanted.pop((kind, name), None)
+    for (kind, name), optional in sorted(wanted.items()):
+        if not optional and kind not in DRA_KINDS:  # a DRA claim's absence is a problem (`_dra`)
+            notes.append(f"{kind} {name} is not in the file: the cluster it runs on must already hold it")
+    if mine:
+        notes.append(
+            "carried with it: "
+            + ", ".join(f"{o['kind']} {(o.get('metadata') or {}).get('name')}" for o in mine)
+        )
+    manifest = dump(doc) if changed else spec.manifest
+    manifest += "".join("---\n" + dump(obj) for obj in mine)
+    spec = replace(spec, manifest=manifest, priority=priority)
+    gpus_from = None
+    counted = _dra(doc, mine, col, notes)
+    if counted is not None:
+        sizes, classes = counted
+        spec = replace(
+            spec, num_gpus=sum(sizes), pod_gpus=sizes if len(sizes) > 1 else (), device_classes=classes
+        )
+        gpus_from = DRA_GPUS_FROM
+    return _Finished(spec, tuple(notes), col.problems, gpus_from)
+
+
+DRA_GPUS_FROM = (
+    "DRA resource claims of the pods, counted from their ResourceClaimTemplates and ResourceClaims"
+)
+"""`Reading.gpus_from` of a job whose DRA claims gave its count."""
+
+DRA_KINDS = ("ResourceClaimTemplate", "ResourceClaim")
+"""Kinds of the objects a pod's `resourceClaims` name (resource.k8s.io v1, v1beta1, v1beta2)."""
+
+_PROFILE = re.compile(r"""profile['"]?\]?\s*==\s*['"]([^'"]+)['"]""")
+"""A MIG profile in a CEL selector: `device.attributes['gpu.nvidia.com'].profile == '1g.5gb'`."""
+
+
+@dataclass(frozen=True)
+class _Devices:
+    """What one DRA device request asks for."""
+
+    device_class: str
+    count: int
+    profiles: tuple[str, ...]
+    """MIG profiles its CEL selectors name (`profile == '1g.5gb'`)."""
+
+    @property
+    def mig(self) -> bool:
+        return bool(self.profiles) or self.device_class.startswith("mig.")
+
+
+def _dra(
+    doc: dict, carried: list[dict], col: _Collector, notes: list[str]
+) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+    """(cards of each GPU-holding pod, DRA device classes) when the job's pods claim devices by DRA, from the
+    claim objects `carried` with it; None when none does. A pod's cards are its GPU limits plus, per claim,
+    the devices its requests count (`exactly.count`, `count`; 1 by default); MIG devices (a `mig.` class or
+    a `profile` selector) are slices of one card, which cpn holds whole: one card per pod. A claim whose
+    object is not in the file, a request with `allocationMode: All` (every matching device of a node: no
+    count) and one without a device class are problems."""
+    pods = _pod_templates(doc, doc["apiVersion"], _Collector(0, None))
+    if not any(_claim_refs(p.spec) for p in pods):
+        return None
+    objects = {(o.get("kind"), (o.get("metadata") or {}).get("name")): o for o in carried}
+    sizes: list[int] = []
+    classes: set[str] = set()
+    any_mig = False
+    for pod in pods:
+        cards = _pod_gpus(pod.containers, _Collector(0, None)) or 0
+        mig = False
+        for i, (claim, kind, name) in enumerate(_claim_refs(pod.spec)):
+            field = f"{pod.field}.spec.resourceClaims[{i}]"
+            obj = objects.get((kind, name))
+            if obj is None:
+                col.add(
+                    field, f"{kind} {name} is not in the file; cpn counts a job's devices from it: add it"
+                )
+                continue
+            for request in _requests(obj):
+                found = _devices(request)
+                if isinstance(found, str):
+                    col.add(field, f"{kind} {name}: {found}")
+                    continue
+                classes.add(found.device_class)
+                mig = mig or found.mig
+                cards += 0 if found.mig else found.count
+                profiles = f" (MIG {', '.join(found.profiles)})" if found.profiles else ""
+                notes.append(f"claim {claim}: {found.count} x {found.device_class}{profiles}")
+        cards += 1 if mig else 0
+        any_mig = any_mig or mig
+        sizes.extend([cards] * pod.replicas if cards else [])
+    if not sizes and not col.problems:
+        col.add(
+            "spec", "its pods' DRA claims ask for no device; give each claim a request with a deviceClassName"
+        )
+    if any_mig:
+        notes.append("MIG slices of a pod are held as one whole card")
+    return tuple(sizes), tuple(sorted(classes))
+
+
+def _requests(obj: dict) -> list[dict]:
+    """The device requests of a ResourceClaim (`spec.devices.requests`) or ResourceClaimTemplate
+    (`spec.spec.devices.requests`)."""
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if obj.get("kind") == "ResourceClaimTemplate":
+        spec = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
+    devices = spec.get("devices") if isinstance(spec.get("devices"), dict) else {}
+    requests = devices.get("requests")
+    return [r for r in requests if isinstance(r, dict)] if isinstance(requests, list) else []
+
+
+def _devices(request: dict) -> _Devices | str:
+    """What a device request asks for, as resource.k8s.io/v1 and v1beta2 (`exactly`, or the first of
+    `firstAvailable`) and v1beta1 (fields on the request) write it; or why cpn cannot count it."""
+    body = request.get("exactly") if isinstance(request.get("exactly"), dict) else request
+    alternatives = request.get("firstAvailable")
+    if isinstance(alternatives, list) and alternatives and isinstance(alternatives[0], dict):
+        body = alternatives[0]
+    name = request.get("name")
+    device_class = body.get("deviceClassName")
+    if not isinstance(device_class, str) or not device_class:
+        return f"request {name} names no deviceClassName"
+    if body.get("allocationMode", "ExactCount") == "All":
+        return (
+            f"request {name} has allocationMode All, every matching device of a node, which cpn cannot "
+            "count; ask for ExactCount with a count"
+        )
+    count = body.get("count", 1)
+    if type(count) is not int or not 1 <= count <= MAX_GPUS:
+        return f"request {name}: count {_quote(count)} is not a whole number from 1 to {MAX_GPUS}"
+    cels = [s.get("cel") for s in _items(body.get("selectors")) if isinstance(s, dict)]
+    expressions = [str(c.get("expression", "")) for c in cels if isinstance(c, dict)]
+    profiles = tuple(sorted({p for e in expressions for p in _PROFILE.findall(e)}))
+    return _Devices(device_class, count, profiles)
+
+
+def _pod_parts(doc: dict) -> tuple[list[dict], list[dict]]:
+    """The pod specs and pod labels of every pod template of an accepted workload."""
+    col = _Collector(1, doc)  # not reported: the workload passed intake
+    pods = _pod_templates(doc, doc["apiVersion"], col)
+    specs = [p.spec for p in pods]
+    labels = []
+    for pod in pods:
+        template = _at(doc, pod.field)
+        meta = template.get("metadata") if isinstance(template, dict) else None
+        found = meta.get("labels") if isinstance(meta, dict) else None
+        labels.append(found if isinstance(found, dict) else {})
+    return specs, labels
+
+
+def _at(doc: dict, field: str) -> Any:
+    """The value at a dotted field path with list indexes (`spec.tasks[0].template`)."""
+    value: Any = doc
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", field):
+        if part.startswith("["):
+            value = value[int(part[1:-1])] if isinstance(value, list) else None
+        else:
+            value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _references(pod: dict) -> Iterable[tuple[str, str, bool]]:
+    """(kind, name, optional) of every ConfigMap, Secret and PersistentVolumeClaim a pod spec references."""
+    for volume in _items(pod.get("volumes")):
+        if not isinstance(volume, dict):
+            continue
+        if isinstance(cm := volume.get("configMap"), dict) and cm.get("name"):
+            yield "ConfigMap", str(cm["name"]), bool(cm.get("optional"))
+        if isinstance(secret := volume.get("secret"), dict) and secret.get("secretName"):
+            yield "Secret", str(secret["secretName"]), bool(secret.get("optional"))
+        if isinstance(claim := volume.get("persistentVolumeClaim"), dict) and claim.get("claimName"):
+            yield "PersistentVolumeClaim", str(claim["claimName"]), False
+        projected = volume.get("projected") if isinstance(volume.get("projected"), dict) else {}
+        for source in _items(projected.get("sources")):
+            for key, kind in (("configMap", "ConfigMap"), ("secret", "Secret")):
+                ref = source.get(key) if isinstance(source, dict) else None
+                if isinstance(ref, dict) and ref.get("name"):
+                    yield kind, str(ref["name"]), bool(ref.get("optional"))
+    for _, kind, name in _claim_refs(pod):
+        yield kind, name, False
+    for secret in _items(pod.get("imagePullSecrets")):
+        if isinstance(secret, dict) and secret.get("name"):
+            yield "Secret", str(secret["name"]), False
+    for container in [*_items(pod.get("initContainers")), *_items(pod.get("containers"))]:
+        if not isinstance(container, dict):
+            continue
+        for source in _items(container.get("envFrom")):
+            for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
+                ref = source.get(key) if isinstance(source, dict) else None
+                if isinstance(ref, dict) and ref.get("name"):
+                    yield kind, str(ref["name"]), bool(ref.get("optional"))
+        for env in _items(container.get("env")):
+            source = env.get("valueFrom") if isinstance(env, dict) else None
+            for key, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
+                ref = source.get(key) if isinstance(source, dict) else None
+                if isinstance(ref, dict) and ref.get("name"):
+                    yield kind, str(ref["name"]), bool(ref.get("optional"))
+
+
+def _items(value: Any) -> list:
+    """`value` if it is a list, else none: the fields read after intake accepted a workload are not all
+    checked by it (a pod's volumes, env, claims), and a malformed one must not break intake."""
+    return value if isinstance(value, list) else []
+
+
+def _drop_queue_labels(doc: dict, notes: list[str]) -> bool:
+    """Remove other schedulers' queue labels and annotations (QUEUE_LABELS) from the workload and its pod
+    templates, and a Volcano Job's `spec.queue`; note each; whether anything was removed."""
+    removed: list[str] = []
+    metas = [doc.get("metadata")]
+    for pod in _pod_templates(doc, doc["apiVersion"], _Collector(1, doc)):
+        template = _at(doc, pod.field)
+        metas.append(template.get("metadata") if isinstance(template, dict) else None)
+    for meta in metas:
+        for part in ("labels", "annotations"):
+            entries = meta.get(part) if isinstance(meta, dict) else None
+            for key in QUEUE_LABELS:
+                if isinstance(entries, dict) and key in entries:
+                    removed.append(f"{key}={entries.pop(key)}")
+    spec = doc.get("spec")
+    if doc["apiVersion"].startswith("batch.volcano.sh/") and isinstance(spec, dict) and "queue" in spec:
+        removed.append(f"spec.queue={spec.pop('queue')}")
+    if removed:
+        unique = ", ".join(dict.fromkeys(removed))
+        notes.append(f"removed other schedulers' queues ({unique}): cpn places the job itself")
+    return bool(removed)
+
+
+def _class_priority(doc: dict, pod_specs: list[dict], beside: list[dict], notes: list[str]) -> int:
+    """The job's priority: its `priority` annotation when it has one, else its pods' highest
+    `priorityClassName` (cpn.priority_classes), else the default; the note says which."""
+    default = Annotations.model_fields["priority"].default
+    annotated = (doc["metadata"].get("annotations") or {}).get("priority")
+    names = sorted({p["priorityClassName"] for p in pod_specs if isinstance(p.get("priorityClassName"), str)})
+    if not names:
+        return default if annotated is None else int(str(annotated))
+    if annotated is not None:
+        notes.append(f"priority {annotated} from the priority annotation, not priorityClassName {names[0]}")
+        return int(str(annotated))
+    defined = {
+        str(o["metadata"].get("name")): o["value"]
+        for o in beside
+        if o.get("kind") == "PriorityClass"
+        and isinstance(o.get("metadata"), dict)
+        and type(o.get("value")) is int
+    }
+    found = {n: class_priority(n, defined) for n in names}
+    known = {n: v for n, v in found.items() if v is not None}
+    for name in sorted(set(found) - set(known)):
+        notes.append(
+            f"priorityClassName {name} is neither a PriorityClass in the file nor a system class: priority "
+            f"{default}; the cluster it runs on must define it"
+        )
+    if not known:
+        return default
+    name = max(known, key=lambda n: known[n])
+    notes.append(f"priority {known[name]} from priorityClassName {name}")
+    return known[name]
 
 
 def _split_documents(text: str) -> list[tuple[int, str]]:
@@ -540,13 +877,14 @@ def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
         epochs=a.epoch,
         data_size_gb=a.data_size,
         total_steps=a.total_steps,
-        gpu_mem_gb=a.gpu_mem,
+        gpu_mem_gb=a.gpu_mem if a.gpu_mem is not None else gang.gpu_mem_gb,
         cpu=gang.cpu,
         image=image,
         image_size_gb=a.image_size or 0.0,
         priority=a.priority,
         source_cluster=a.source_cluster,
-        gpu_share=a.gpu_share,
+        gpu_share=a.gpu_share if a.gpu_share is not None else gang.gpu_share,
+        hami=gang.hami,
         precision=a.precision,
         checkpoint_interval_s=a.checkpoint_interval_s,
         preemptible=a.preemptible == "true",
@@ -831,14 +1169,105 @@ class _Gang:
     """Where the GPU count came from (`Reading.gpus_from`)."""
     spread: bool = False
     """Its pods must run on distinct nodes (`_spread`)."""
+    hami: bool = False
+    """Its pods ask for HAMi slices (`_pod_slice`)."""
+    gpu_share: float | None = None
+    """The share of a card its HAMi slices take (JobSpec.gpu_share); None: whole cards."""
+    gpu_mem_gb: float | None = None
+    """Card memory its HAMi slices ask (`nvidia.com/gpumem`), GB."""
 
 
 def _job_gang(doc: dict, api: str, per_pod: int | None, col: _Collector) -> tuple[list[_Pod], _Gang]:
     """The job's pod templates and what they hold in all (`_gang`); `per_pod` is its `gpu_count`."""
     pods = _pod_templates(doc, api, col)
-    gpus = [_pod_gpus(p.containers, col) for p in pods]
+    slices = [_pod_slice(p.containers, col) for p in pods]
+    claimed = [bool(_claim_refs(p.spec)) for p in pods]
+    # A pod of HAMi slices without a GPU limit holds one card (HAMi's default-gpu-num); a pod of DRA claims
+    # one per claiming pod until its claims are counted from their templates (`_with_companions`).
+    limits = [_pod_gpus(p.containers, col) for p in pods]
+    gpus = [
+        g if g is not None or (s is None and not c) else 1
+        for g, s, c in zip(limits, slices, claimed, strict=True)
+    ]
     cpus = [_pod_cpu(p.containers, col) for p in pods]
-    return pods, _gang(pods, gpus, cpus, per_pod, col)
+    gang = _gang(pods, gpus, cpus, per_pod, col)
+    found = [s for s in slices if s is not None]
+    if found:
+        memory = [s.memory_gb for s in found if s.memory_gb is not None]
+        gang = replace(
+            gang, hami=True, gpu_share=max(s.share for s in found), gpu_mem_gb=max(memory) if memory else None
+        )
+        if any(g is None and s is not None for g, s in zip(limits, slices, strict=True)):
+            gang = replace(gang, gpus_from=HAMI_GPUS_FROM)
+    return pods, gang
+
+
+HAMI_MEMORY = "nvidia.com/gpumem"
+HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
+HAMI_CORES = "nvidia.com/gpucores"
+HAMI_GPUS_FROM = (
+    f'resources.limits["{GPU_RESOURCE}"] of the pods\' containers, one card per pod of HAMi slices without '
+    "it (HAMi's default-gpu-num)"
+)
+"""`Reading.gpus_from` of a job some of whose pods ask for HAMi slices without a GPU limit."""
+HAMI_SPLIT_COUNT = 10
+"""HAMi's default `deviceSplitCount`: at most this many tasks share one card, so one slice takes at least
+1/10 of it (Project-HAMi/HAMi, docs/config.md)."""
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """The HAMi slice a pod asks of each of its cards."""
+
+    share: float
+    """Share of the card: its cores (`gpucores` %), its memory (`gpumem-percentage` %), at least
+    1/HAMI_SPLIT_COUNT."""
+    memory_gb: float | None
+    """`gpumem` (MiB) in GB; None: not given."""
+
+
+def _pod_slice(containers: list[tuple[str, dict]], col: _Collector) -> _Slice | None:
+    """The HAMi slice of a pod, from its containers' `nvidia.com/gpumem` (MiB), `gpumem-percentage` and
+    `gpucores` (%) limits (summed over containers); None when none sets one."""
+    totals: dict[str, int] = {}
+    for field, container in containers:
+        limits = _resources(container, field, col, "limits")
+        for key, most in ((HAMI_MEMORY, 10**7), (HAMI_MEMORY_PERCENT, 100), (HAMI_CORES, 100)):
+            value = limits.get(key)
+            if value is None:
+                continue
+            text = value.strip() if isinstance(value, str) else str(value) if type(value) is int else ""
+            if not _WHOLE_NUMBER.fullmatch(text) or not 1 <= int(text) <= most:
+                col.add(
+                    f'{field}.resources.limits["{key}"]',
+                    f"{_quote(value)} is not a whole number from 1 to {most}",
+                )
+                continue
+            totals[key] = totals.get(key, 0) + int(text)
+    if not totals:
+        return None
+    percents = [totals.get(HAMI_CORES, 0), totals.get(HAMI_MEMORY_PERCENT, 0)]
+    share = min(1.0, max(p / 100 for p in percents) if any(percents) else 0.0)
+    memory = totals.get(HAMI_MEMORY)
+    return _Slice(max(share, 1 / HAMI_SPLIT_COUNT), memory / 1024 if memory is not None else None)
+
+
+def _claim_refs(pod_spec: dict) -> list[tuple[str, str, str]]:
+    """(claim name in the pod, kind, object name) of each of a pod's DRA `resourceClaims`: a
+    ResourceClaimTemplate (one claim per pod) or a ResourceClaim (shared), as Kubernetes 1.31+ writes them
+    (`resourceClaimTemplateName`) and as before (`source.resourceClaimTemplateName`)."""
+    out = []
+    for claim in _items(pod_spec.get("resourceClaims")):
+        if not isinstance(claim, dict):
+            continue
+        source = claim.get("source") if isinstance(claim.get("source"), dict) else claim
+        for key, kind in (
+            ("resourceClaimTemplateName", "ResourceClaimTemplate"),
+            ("resourceClaimName", "ResourceClaim"),
+        ):
+            if isinstance(source.get(key), str):
+                out.append((str(claim.get("name")), kind, source[key]))
+    return out
 
 
 def _gang(
@@ -847,9 +1276,11 @@ def _gang(
     """Count the job whole: every GPU-holding pod (replicas multiplied out), as one gang.
 
     The GPU-holding templates are those with a GPU limit (`per_pod`, the `gpu_count` annotation, must
-    then agree with the largest); when none has one, the first template's pods hold `per_pod` cards or
-    one. Pods without cards (a Volcano `ps` task) are not placed by cpn and do not count. The CPU is the
-    holding pods' sum; the constraints are those all holding templates agree on (`_constraints`).
+    then agree with the largest); when none has one, the pods of the first template that pins a GPU
+    (`_pins_a_gpu`), else of the first, hold `per_pod` cards or one; a job with no limit, no `per_pod` and
+    no pin is refused (CPU_ONLY_REASON). Pods without cards (a Volcano `ps` task) are
+    not placed by cpn and do not count. The CPU is the holding pods' sum; the constraints are those all
+    holding templates agree on (`_constraints`).
     """
     holding = [(p, g, c) for p, g, c in zip(pods, gpus, cpus, strict=True) if g is not None]
     gpus_from = f'resources.limits["{GPU_RESOURCE}"] of the pods\' containers'
@@ -860,13 +1291,26 @@ def _gang(
             f'says {per_pod} GPUs but the pod\'s resources.limits["{GPU_RESOURCE}"] add up to {limit}; '
             "make them agree or drop the annotation",
         )
-    if not holding and pods:
-        holding = [(pods[0], per_pod or 1, cpus[0])]
+    pinned = [] if holding else [p for p in pods if _pins_a_gpu(p)]
+    if not holding and pods and (per_pod or pinned):
+        first = (pinned or pods)[0]
+        holding = [(first, per_pod or 1, cpus[pods.index(first)])]
         gpus_from = (
-            f"annotation gpu_count: {per_pod} per pod of {pods[0].field}, no {GPU_RESOURCE} limit"
+            f"annotation gpu_count: {per_pod} per pod of {first.field}, no {GPU_RESOURCE} limit"
             if per_pod
-            else f"default: 1 GPU per pod of {pods[0].field}, no {GPU_RESOURCE} limit or gpu_count annotation"
+            else f"default: 1 GPU per pod of {first.field}, which pins a GPU but has no {GPU_RESOURCE} limit "
+            "or gpu_count annotation"
         )
+    elif not holding and pods:
+        gpus_from = "no GPU asked"
+        limited = any(
+            GPU_RESOURCE in _resources(c, f, _Collector(0, None), "limits")
+            for p in pods
+            for f, c in p.containers
+        )
+        counted = any(p.field == "metadata.annotations.gpu_count" for p in col.problems)
+        if not limited and not counted:  # else a GPU count was given, and refused for its value
+            col.add("spec", CPU_ONLY_REASON)
     sizes = tuple(g for p, g, _ in holding for _ in range(p.replicas))
     if holding and not sizes:
         col.add(f"{holding[0][0].field}", "no pod holds a GPU: every GPU-holding template has 0 replicas")
@@ -876,8 +1320,8 @@ def _gang(
     pools: set[str] | None = None
     memory: float | None = None
     for pod, _, _ in holding:
-        p, u, m = _constraints(pod.spec)
-        products = p if products is None else (products if p is None else products & p)
+        p, u, m = _constraints(pod.spec, col, pod.field + ".spec")
+        products = _narrow(products, p, col, pod.field)
         pools = u if pools is None else (pools if u is None else pools & u)
         memory = m if memory is None else (memory if m is None else max(memory, m))
     return _Gang(
@@ -894,6 +1338,13 @@ def _gang(
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 """The node label a pod spread over nodes names as its topology key."""
+
+
+def _pins_a_gpu(pod: _Pod) -> bool:
+    """Whether a pod requires GPU nodes by a label or toleration (`_constraints`): the seed's examples name
+    their card so (a `nvidia.com/gpu.product` toleration) and leave the GPU limit out."""
+    products, _, memory = _constraints(pod.spec, _Collector(0, None), pod.field)
+    return products is not None or memory is not None
 
 
 def _spread(pod_spec: dict) -> bool:
@@ -917,14 +1368,17 @@ def _spread(pod_spec: dict) -> bool:
     )
 
 
-def _constraints(pod_spec: dict) -> tuple[set[str] | None, set[str] | None, float | None]:
-    """(GPU products, pools, least card memory in GB) a pod requires; None = no constraint.
+def _constraints(
+    pod_spec: dict, col: _Collector, field: str
+) -> tuple[set[str] | None, set[str] | None, float | None]:
+    """(GPU pins, pools, least card memory in GB) a pod requires; None = no constraint.
 
     Read from `nodeSelector` and the required node affinity (terms are alternatives; a term that does
-    not name a product allows any) on `nvidia.com/gpu.product`, `<domain>/node.usage` and
-    `nvidia.com/gpu.memory` (MiB: `Gt` or `In`), and from the pod's tolerations of the
-    `nvidia.com/gpu.product` taint, which in the seed's scheme is how a job names its card. Shapes
-    that are not these are left to schema validation at submission.
+    not pin a GPU allows any): `<domain>/node.usage` gives the pools, and every GPU label cpn knows
+    (cpn.devices: GPU Feature Discovery's, GKE's, EKS's and AKS's accelerator labels, instance types)
+    gives GPU pins (`cpn.devices.pin_matches`) or a least memory; a GPU-looking label it cannot read is
+    refused at `field`, never ignored. The pod's tolerations of the `nvidia.com/gpu.product` taint, which
+    in the seed's scheme is how a job names its card, pin too. Other shapes are left to schema validation.
     """
     products: set[str] | None = None
     pools: set[str] | None = None
@@ -932,12 +1386,15 @@ def _constraints(pod_spec: dict) -> tuple[set[str] | None, set[str] | None, floa
     selector = pod_spec.get("nodeSelector")
     if isinstance(selector, dict):
         for key, value in selector.items():
-            if key == _PRODUCT_KEY:
-                products = {str(value)}
-            elif isinstance(key, str) and key.endswith(_USAGE_SUFFIX):
+            if not isinstance(key, str):
+                continue
+            if key.endswith(_USAGE_SUFFIX):
                 pools = {str(value)}
-            elif key == _MEMORY_KEY:
-                memory = _mib_gb(value)
+                continue
+            pin = _pin(key, "In", [str(value)], col, f'{field}.nodeSelector["{clip(key, 100)}"]')
+            if pin is not None:
+                products = _narrow(products, pin.products, col, f"{field}.nodeSelector")
+                memory = _most(memory, pin.memory_gb)
     affinity = pod_spec.get("affinity")
     node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
     required = (
@@ -946,8 +1403,9 @@ def _constraints(pod_spec: dict) -> tuple[set[str] | None, set[str] | None, floa
         else None
     )
     terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    where = f"{field}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
     if isinstance(terms, list) and terms:
-        per_term = [_term(t) for t in terms if isinstance(t, dict)]
+        per_term = [_term(t, col, f"{where}[{i}]") for i, t in enumerate(terms) if isinstance(t, dict)]
         if per_term:
             any_p = (
                 None if any(p is None for p, _, _ in per_term) else set().union(*(p for p, _, _ in per_term))
@@ -956,33 +1414,68 @@ def _constraints(pod_spec: dict) -> tuple[set[str] | None, set[str] | None, floa
                 None if any(u is None for _, u, _ in per_term) else set().union(*(u for _, u, _ in per_term))
             )
             any_m = None if any(m is None for _, _, m in per_term) else min(m for _, _, m in per_term)
-            products = any_p if products is None else (products if any_p is None else products & any_p)
+            products = _narrow(products, any_p, col, where)
             pools = any_u if pools is None else (pools if any_u is None else pools & any_u)
-            memory = any_m if memory is None else (memory if any_m is None else max(memory, any_m))
+            memory = _most(memory, any_m)
     tolerated = _tolerated_products(pod_spec.get("tolerations"))
-    if tolerated is not None:
-        products = tolerated if products is None else products & tolerated
+    products = _narrow(products, tolerated, col, f"{field}.tolerations")
     return products, pools, memory
 
 
-def _term(term: dict) -> tuple[set[str] | None, set[str] | None, float | None]:
+def _term(term: dict, col: _Collector, field: str) -> tuple[set[str] | None, set[str] | None, float | None]:
     products: set[str] | None = None
     pools: set[str] | None = None
     memory: float | None = None
-    for expr in term.get("matchExpressions") or []:
+    for i, expr in enumerate(term.get("matchExpressions") or []):
         if not isinstance(expr, dict) or not isinstance(expr.get("values", []), list):
             continue
         key, op, values = expr.get("key"), expr.get("operator"), [str(v) for v in expr.get("values") or []]
-        if key == _PRODUCT_KEY and op == "In":
-            products = set(values) if products is None else products & set(values)
-        elif isinstance(key, str) and key.endswith(_USAGE_SUFFIX) and op == "In":
-            pools = set(values) if pools is None else pools & set(values)
-        elif key == _MEMORY_KEY and values:
-            sizes = [_mib_gb(v) for v in values]
-            if None not in sizes:
-                least = min(sizes) if op == "In" else max(sizes) + 1 / 1024 if op == "Gt" else None
-                memory = least if memory is None or least is None else max(memory, least)
+        if not isinstance(key, str) or not isinstance(op, str):
+            continue
+        if key.endswith(_USAGE_SUFFIX):
+            if op == "In":
+                pools = set(values) if pools is None else pools & set(values)
+            continue
+        pin = _pin(key, op, values, col, f"{field}.matchExpressions[{i}]")
+        if pin is not None:
+            products = _narrow(products, pin.products, col, f"{field}.matchExpressions")
+            memory = _most(memory, pin.memory_gb)
     return products, pools, memory
+
+
+def _pin(key: str, op: str, values: list[str], col: _Collector, field: str) -> devices.Pin | None:
+    """The GPU pin of one required label expression (cpn.devices.read_pin); a problem at `field` when it is
+    a GPU label cpn cannot read."""
+    try:
+        return devices.read_pin(key, op, values)
+    except devices.PinError as exc:
+        col.add(field, clip(str(exc), 600))
+        return None
+
+
+def _narrow(
+    have: set[str] | None, pins: Collection[str] | None, col: _Collector, field: str
+) -> set[str] | None:
+    """GPU pins that must all hold, as one set: the pins both allow; refused when they share none (two
+    labels naming different cards: no card could satisfy the pod)."""
+    if pins is None:
+        return have
+    if have is None:
+        return set(pins)
+    both = have & set(pins)
+    if not both:
+        col.add(
+            field,
+            f"its GPU pins name different cards ({', '.join(sorted(have))}; {', '.join(sorted(pins))}); "
+            "keep the one that says which card the job needs",
+        )
+        return have
+    return both
+
+
+def _most(memory: float | None, more: float | None) -> float | None:
+    """The larger of two least memories, None meaning no least."""
+    return memory if more is None else more if memory is None else max(memory, more)
 
 
 def _tolerated_products(tolerations: Any) -> set[str] | None:
@@ -998,12 +1491,6 @@ def _tolerated_products(tolerations: Any) -> set[str] | None:
         if t.get("key") == _PRODUCT_KEY and t.get("value") is not None:
             named.add(str(t["value"]))
     return named or None
-
-
-def _mib_gb(value: Any) -> float | None:
-    """A `nvidia.com/gpu.memory` label value (MiB) in GB; None when it is not a whole number."""
-    text = str(value).strip()
-    return int(text) / 1024 if _WHOLE_NUMBER.fullmatch(text) else None
 
 
 def _resources(container: dict, field: str, col: _Collector, which: str) -> dict:

@@ -10,6 +10,10 @@ from cpn.gpus import canonical_gpu
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+HAMI_NODE_ANNOTATIONS = ("hami.io/node-nvidia-register", "4pd.io/node-nvidia-register")
+"""Annotation HAMi's device plugin writes on every node whose NVIDIA cards it registers (Project-HAMi/HAMi,
+pkg/device/nvidia: the node's devices for the HAMi scheduler); the second is its name before HAMi's
+rename (4paradigm's k8s-vgpu-scheduler)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,13 @@ class Node:
     taints: tuple[Taint, ...] = ()
     gpu_key: str = ""
     """Canonical GPU key when a config alias names it; empty = derive it from `gpu_product`."""
+    hami: bool = False
+    """The node runs HAMi's device plugin, so pods asking for card slices (`nvidia.com/gpumem`, ...) can
+    start on it: a live node says so by HAMi's registration annotation (HAMI_NODE_ANNOTATIONS), a simulated
+    one by its config (`Cluster.hami`, `NodeGroup.hami`)."""
+    device_classes: tuple[str, ...] = ()
+    """DRA device classes the node's drivers offer (`gpu.nvidia.com`, `mig.nvidia.com`), as its config
+    declares them (`NodeGroup.device_classes`)."""
 
     @property
     def gpu_type(self) -> str:
@@ -109,6 +120,8 @@ def nodes_from_config(config: ClustersConfig) -> tuple[Node, ...]:
                         labels=tuple(sorted(labels.items())),
                         taints=taints,
                         gpu_key=canonical_gpu(group.gpu_product, config.gpu_aliases),
+                        hami=cluster.hami or group.hami,
+                        device_classes=tuple(sorted(group.device_classes)),
                     )
                 )
     return tuple(nodes)

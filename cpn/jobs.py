@@ -81,6 +81,12 @@ class JobSpec:
     pod_gpus: tuple[int, ...] = ()
     """Cards of each GPU-holding pod (replicas multiplied out: a Volcano Job of 3 one-GPU workers is
     (1, 1, 1)); empty = one pod of `num_gpus` cards."""
+    hami: bool = False
+    """Its pods ask for HAMi's slice resources (`nvidia.com/gpumem`, `gpumem-percentage`, `gpucores`): only
+    nodes that run HAMi's device plugin (Node.hami) can start them."""
+    device_classes: tuple[str, ...] = ()
+    """DRA device classes its pods' resource claims ask for (`gpu.nvidia.com`, `mig.nvidia.com`): only
+    nodes offering every one (Node.device_classes) take it; empty = none asked."""
     spread: bool = False
     """Its pods must run on distinct nodes (the manifest's required pod anti-affinity or topology spread
     over `kubernetes.io/hostname`); False = they may share a node (packed)."""
@@ -109,7 +115,7 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         # Stored specs come back from JSON with lists; keep the spec hashable and equal to the original.
-        for name in ("gpu_products", "node_pools", "pod_gpus"):
+        for name in ("gpu_products", "node_pools", "pod_gpus", "device_classes"):
             value = getattr(self, name)
             if not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(value))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cpn.devices import pin_matches
 from cpn.inventory import Node, Taint
 from cpn.jobs import JobKind, JobSpec
 
@@ -74,10 +75,17 @@ def admission_problem(node: Node, kind: JobKind) -> str | None:
     )
 
 
+def job_pins(job: JobSpec) -> tuple[object, ...]:
+    """Everything of `job` that `constraint_problem` reads: jobs with equal pins are allowed on the same
+    nodes (the policies cache their answers by it)."""
+    return (job.gpu_products, job.node_pools, job.gpu_memory_min_gb, job.hami, job.device_classes)
+
+
 def constraint_problem(node: Node, job: JobSpec) -> str | None:
     """Why `job`'s own constraints keep it off `node`, or None: the GPU products, pools and least card
-    memory its manifest requires (JobSpec.gpu_products, node_pools, gpu_memory_min_gb)."""
-    if job.gpu_products and node.gpu_product not in job.gpu_products:
+    memory its manifest requires (JobSpec.gpu_products, node_pools, gpu_memory_min_gb), HAMi slices on a
+    node without HAMi (JobSpec.hami), DRA device classes the node does not offer (device_classes)."""
+    if job.gpu_products and not gpu_pinned(node, job):
         return (
             f"node {node.key} has {node.gpu_product}; job {job.job_id} runs only on "
             f"{', '.join(job.gpu_products)}"
@@ -85,12 +93,28 @@ def constraint_problem(node: Node, job: JobSpec) -> str | None:
     if job.node_pools and node.usage not in job.node_pools:
         pools = ", ".join(job.node_pools)
         return f"node {node.key} is in the {node.usage} pool; job {job.job_id} asks for {pools}"
+    if job.hami and not node.hami:
+        return (
+            f"node {node.key} does not run HAMi; job {job.job_id} asks for HAMi card slices "
+            "(nvidia.com/gpumem, gpumem-percentage or gpucores)"
+        )
+    missing = sorted(set(job.device_classes) - set(node.device_classes))
+    if missing:
+        return f"node {node.key} offers no DRA device class {', '.join(missing)}; job {job.job_id} claims it"
     if job.gpu_memory_min_gb is not None and node.gpu_memory_gb < job.gpu_memory_min_gb:
         return (
             f"node {node.key} has {node.gpu_memory_gb:g} GB cards; job {job.job_id} asks for at least "
             f"{job.gpu_memory_min_gb:g} GB"
         )
     return None
+
+
+def gpu_pinned(node: Node, job: JobSpec) -> bool:
+    """Whether `node`'s card is one of those the job's GPU pins allow (cpn.devices.pin_matches: a product in
+    any spelling, or a model of a memory, however the manifest's label named it); True when it pins none."""
+    return not job.gpu_products or any(
+        pin_matches(pin, node.gpu_product, node.gpu_memory_gb, node.gpu_type) for pin in job.gpu_products
+    )
 
 
 def job_admission_problem(node: Node, job: JobSpec) -> str | None:

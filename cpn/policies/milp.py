@@ -35,7 +35,7 @@ from cpn.policies.placement import NO_ESTIMATE, Capacity, Group, awaits_benchmar
 from cpn.policies.plan import GroupKey, Projection, Releases, releases
 from cpn.policies.teams import FairQueue
 from cpn.policies.waiting import WaitingExplainer
-from cpn.rules import is_sharing
+from cpn.rules import is_sharing, job_pins
 
 AFFINITY_TIE = 1e-6
 """Relative cost per place an option stands after the job's first (own pool first, then inventory order)."""
@@ -237,7 +237,7 @@ class MilpPolicy:
                 if not service and group.gpu_type not in runtimes:
                     continue
                 mem = capacity.memory(job, group.gpu_type)
-                pins = (job.gpu_products, job.node_pools, job.gpu_memory_min_gb)
+                pins = job_pins(job)
                 key = (group.key, shape_of(job), mem, pins)
                 if key not in admits:
                     admits[key] = group.admits_ever(job, mem)

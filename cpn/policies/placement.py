@@ -144,8 +144,15 @@ class Group:
 
 
 def constrained(job: JobSpec) -> bool:
-    """Whether the job's manifest narrows where it may run (GPU products, pools, least card memory)."""
-    return bool(job.gpu_products or job.node_pools or job.gpu_memory_min_gb is not None)
+    """Whether the job's manifest narrows where it may run (GPU products, pools, least card memory, HAMi,
+    DRA device classes: cpn.rules.job_pins)."""
+    return bool(
+        job.gpu_products
+        or job.node_pools
+        or job.gpu_memory_min_gb is not None
+        or job.hami
+        or job.device_classes
+    )
 
 
 def allowed(job: JobSpec, slots: tuple[Room, ...]) -> tuple[Room, ...]:

@@ -27,7 +27,7 @@ from cpn.admission import Room
 from cpn.decisions import WaitCode, Waiting, shape_of
 from cpn.jobs import JobSpec
 from cpn.policies.placement import Capacity, Group, allowed, memory_need
-from cpn.rules import is_sharing
+from cpn.rules import gpu_pinned, is_sharing, job_pins
 
 
 class WaitingExplainer:
@@ -63,7 +63,7 @@ class WaitingExplainer:
                 mems.append(memory_need(job, estimate) if aware else None)
             has_any = not estimated or any(typed) or any(e.runtime_s < math.inf for e in row.values())
             pending = frozenset(gpu for gpu, e in row.items() if e.pending_benchmark)
-            pins = (job.gpu_products, job.node_pools, job.gpu_memory_min_gb)
+            pins = job_pins(job)
             key = (shape_of(job), job.gpu_share, pins, tuple(typed), tuple(mems), has_any, pending)
             found = self._cache.get(key)
             if found is None:
@@ -131,8 +131,8 @@ class WaitingExplainer:
 
 def _pinned_out(job: JobSpec, slots: list[Room]) -> tuple[WaitCode, str]:
     """Why the free `slots` (of pools and taints the job may use) do not do for a job whose own pins
-    (GPU products, pools, least card memory) rule every one of them out."""
-    if job.gpu_products and all(s.node.gpu_product not in job.gpu_products for s in slots):
+    (GPU products, pools, least card memory, HAMi, DRA device classes) rule every one of them out."""
+    if job.gpu_products and not any(gpu_pinned(s.node, job) for s in slots):
         return "no-gpu-type", f"no free card of the GPU products it runs on ({', '.join(job.gpu_products)})"
     if job.node_pools and all(s.node.usage not in job.node_pools for s in slots):
         return (
@@ -141,6 +141,13 @@ def _pinned_out(job: JobSpec, slots: list[Room]) -> tuple[WaitCode, str]:
         )
     if job.gpu_memory_min_gb is not None and all(s.node.gpu_memory_gb < job.gpu_memory_min_gb for s in slots):
         return "memory", f"the free cards have less than the {job.gpu_memory_min_gb:g} GB it asks for"
+    if job.hami and not any(s.node.hami for s in slots):
+        return "no-gpu-type", "no free card on a node that runs HAMi, which its card slices need"
+    if job.device_classes and not any(set(job.device_classes) <= set(s.node.device_classes) for s in slots):
+        return (
+            "no-gpu-type",
+            f"no free card on a node offering its DRA device classes ({', '.join(job.device_classes)})",
+        )
     return "no-gpu-type", "no free card on a node of the GPU products, pools and card memory it asks for"
 
 

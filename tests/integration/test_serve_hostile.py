@@ -33,6 +33,7 @@ def job(name: str, namespace: str = "team-a", extra: str = "", annotations: str 
         f"apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}\n  namespace: {namespace}\n"
         f"  annotations:\n    {annotations}{extra}spec:\n  template:\n    spec:\n      restartPolicy: Never\n"
         "      containers:\n      - name: main\n        image: registry.example.com/train:1\n"
+        "        resources: {limits: {nvidia.com/gpu: 1}}\n"
     )
 
 

@@ -20,7 +20,11 @@ REQUIRED = {"model_name": "ResNet-50", "data_size": "20", "epoch": "10"}
 
 
 def manifest(name: str, namespace: str = "team-a", env: list | None = None) -> str:
-    container: dict = {"name": "main", "image": "registry.example.com/train:1"}
+    container: dict = {
+        "name": "main",
+        "image": "registry.example.com/train:1",
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+    }
     if env is not None:
         container["env"] = env
     return yaml.safe_dump(

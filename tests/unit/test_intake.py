@@ -17,7 +17,9 @@ REQUIRED = {"model_name": "ResNet-50", "data_size": "20", "epoch": "10"}
 
 
 def batch_job(name: str = "train-a", annotations: dict | None = None, **container: object) -> dict:
-    """A minimal valid batch/v1 Job; `container` keys are merged into its one container."""
+    """A minimal valid batch/v1 Job of one GPU; `container` keys are merged into its one container."""
+    if "resources" not in container and "gpu_count" not in (annotations or {}):
+        container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -143,7 +145,9 @@ def test_volcano_job_counts_all_its_tasks_as_one_gang():
     ("quantity", "cores"), [("500m", 0.5), ("2", 2.0), (3, 3.0), ("1.5", 1.5), (0.25, 0.25)]
 )
 def test_cpu_quantities(quantity, cores):
-    (spec,) = parse_manifests(dump(batch_job(resources={"requests": {"cpu": quantity}})))
+    (spec,) = parse_manifests(
+        dump(batch_job(resources={"requests": {"cpu": quantity}, "limits": {"nvidia.com/gpu": 1}}))
+    )
     assert spec.cpu == cores
 
 
@@ -217,7 +221,9 @@ def test_invalid_gpu_limit(limit):
 
 
 def test_invalid_cpu_quantity():
-    (problem,) = problems_of(dump(batch_job(resources={"requests": {"cpu": "two"}})))
+    (problem,) = problems_of(
+        dump(batch_job(resources={"requests": {"cpu": "two"}, "limits": {"nvidia.com/gpu": 1}}))
+    )
     assert problem.field == "spec.template.spec.containers[0].resources.requests.cpu"
 
 

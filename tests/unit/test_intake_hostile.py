@@ -13,9 +13,7 @@ from cpn.safe_yaml import Limits
 REQUIRED = {"model_name": "ResNet-50", "data_size": "20", "epoch": "10"}
 
 
-def job(
-    name: str = "train-a", annotations: dict | None = None, gpus: object = None, kind: str = "Job"
-) -> dict:
+def job(name: str = "train-a", annotations: dict | None = None, gpus: object = 1, kind: str = "Job") -> dict:
     container: dict = {"name": "main", "image": "registry.example.com/train:1"}
     if gpus is not None:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
@@ -132,7 +130,10 @@ def test_gpu_limits_have_an_upper_bound(gpus):
 
 def test_huge_cpu_is_refused():
     doc = job()
-    doc["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1e30"}}
+    doc["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1e30"},
+        "limits": {"nvidia.com/gpu": 1},
+    }
     (problem,) = refused(dump(doc)).problems
     assert problem.field.endswith("requests.cpu")
 

@@ -17,7 +17,8 @@ def job(annotations: dict | None = None, labels: dict | None = None, pod_labels:
     meta: dict = {"name": "train-a", "annotations": dict(REQUIRED) if annotations is None else annotations}
     if labels is not None:
         meta["labels"] = labels
-    template: dict = {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "r/t:1"}]}}
+    container = {"name": "main", "image": "r/t:1", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    template: dict = {"spec": {"restartPolicy": "Never", "containers": [container]}}
     if pod_labels is not None:
         template["metadata"] = {"labels": pod_labels}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {"template": template}}
@@ -165,7 +166,8 @@ def test_cpns_annotations_written_as_numbers_are_stored_as_text():
             "metadata:",
             "  name: seed-style",
             "  annotations: {model_name: densenet121, data_size: 20, epoch: 100, gpu_mem: 7.5, note: keep}",
-            "spec: {template: {spec: {containers: [{name: main, image: 'r/t:1'}]}}}",
+            "spec: {template: {spec: {containers: [{name: main, image: 'r/t:1',",
+            "  resources: {limits: {nvidia.com/gpu: 1}}}]}}}",
         ]
     )
     (spec,) = parse_manifests(text)

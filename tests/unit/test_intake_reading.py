@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,13 +22,14 @@ def read_one(text: str) -> Reading:
     return reading
 
 
-def test_a_manifest_without_gpu_limit_or_gpu_count_says_it_took_the_default():
+def test_a_manifest_that_pins_a_gpu_without_limit_or_gpu_count_says_it_took_the_default():
     assert read_one(SEED_INFERENCE) == Reading(
         kind="inference",
         pods=2,
         gpus_per_pod=(1, 1),
         gpus=2,
-        gpus_from="default: 1 GPU per pod of spec.template, no nvidia.com/gpu limit or gpu_count annotation",
+        gpus_from="default: 1 GPU per pod of spec.template, which pins a GPU but has no nvidia.com/gpu limit "
+        "or gpu_count annotation",
         gpu_products=("NVIDIA-H20",),
         node_pools=("hybrid", "inference"),
         priority=0,
@@ -35,6 +37,7 @@ def test_a_manifest_without_gpu_limit_or_gpu_count_says_it_took_the_default():
         gpu_mem_gb=None,
         gpu_memory_min_gb=None,
         cpu=2.0,
+        notes=("carried with it: Service inference-service",),
     )
 
 
@@ -65,9 +68,9 @@ def test_limits_count_every_gpu_holding_template():
 def test_summary_says_everything_in_one_line():
     text = SEED_INFERENCE.replace('epoch: "1"}', 'epoch: "1", gpu_share: "0.5"}')
     assert read_one(text).summary() == (
-        "2 pods x 1 GPU = 2 GPUs (default: 1 GPU per pod of spec.template, no nvidia.com/gpu limit or "
-        "gpu_count annotation); GPU NVIDIA-H20; pools hybrid, inference; priority 0; shares 0.5 of a card; "
-        "memory per card predicted; 2 CPUs"
+        "2 pods x 1 GPU = 2 GPUs (default: 1 GPU per pod of spec.template, which pins a GPU but has no "
+        "nvidia.com/gpu limit or gpu_count annotation); GPU NVIDIA-H20; pools hybrid, inference; priority 0; "
+        "shares 0.5 of a card; memory per card predicted; 2 CPUs; carried with it: Service inference-service"
     )
 
 
@@ -76,7 +79,7 @@ def test_summary_says_everything_in_one_line():
 )
 def test_a_stored_job_reads_back_as_it_was_read_at_the_door(name):
     for spec, reading in read_manifests((EXAMPLES / name).read_text()):
-        assert Reading.of(spec) == reading
+        assert Reading.of(spec) == replace(reading, notes=())  # notes are told at the door only
 
 
 def test_read_back_of_a_seed_style_job_and_of_a_job_without_manifest():
@@ -97,4 +100,4 @@ def test_a_pool_and_card_memory_the_manifest_requires_are_read():
     )
     reading = read_one(text)
     assert (reading.node_pools, reading.gpu_memory_min_gb) == (("hybrid",), 96.0)
-    assert reading.summary().endswith("cards of at least 96 GB; 2 CPUs")
+    assert "cards of at least 96 GB; 2 CPUs" in reading.summary()

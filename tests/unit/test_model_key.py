@@ -57,7 +57,19 @@ def manifest(name: str, model: str, batch: int = 32) -> dict:
                 "total_steps": "1000",
             },
         },
-        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "example.com/train:1"}]}}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "example.com/train:1",
+                            "resources": {"limits": {"nvidia.com/gpu": 1}},
+                        }
+                    ]
+                }
+            }
+        },
     }
 
 

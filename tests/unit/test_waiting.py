@@ -6,6 +6,7 @@ shared explainer) gives the job it leaves queued.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
@@ -121,3 +122,19 @@ def test_every_job_left_queued_gets_exactly_one_reason(policy):
     waiting = [w.job_id for w in decision.waiting]
     assert len(waiting) == len(set(waiting))
     assert set(waiting) == {j.job_id for j in jobs} - placed
+
+
+@pytest.mark.parametrize("policy", BASELINES)
+def test_free_cards_only_on_nodes_without_hami_or_the_dra_class_it_claims(policy):
+    busy = node("h0")
+    hami, claimed = replace(busy, hami=True), replace(busy, device_classes=("gpu.nvidia.com",))
+    slices = job("j", gpu_share=0.3, hami=True)
+    s = snap([slices], [NodeState(hami, 0), NodeState(node("v1"), 4)])
+    assert reason(policy, s, "j") == (
+        "no-gpu-type",
+        "no free card on a node that runs HAMi, which its card slices need",
+    )
+    dra = job("j", device_classes=("gpu.nvidia.com",))
+    s = snap([dra], [NodeState(claimed, 0), NodeState(node("v1"), 4)])
+    code, detail = reason(policy, s, "j")
+    assert code == "no-gpu-type" and "DRA device classes (gpu.nvidia.com)" in detail

@@ -183,5 +183,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("apps/v1", "Deployment"): _typed("apps", "deployment"),
     ("v1", "Service"): _typed("core", "service"),
     ("v1", "ConfigMap"): _typed("core", "config_map"),
+    ("v1", "Secret"): _typed("core", "secret"),
+    ("v1", "PersistentVolumeClaim"): _typed("core", "persistent_volume_claim"),
 }
 """(apiVersion, kind) of every object cpn submits: the workloads intake accepts and what comes with them."""

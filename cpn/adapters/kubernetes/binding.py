@@ -6,13 +6,17 @@ trace row), from `cpn.formats.manifests.to_manifest`. It keeps everything the us
 every GPU-holding pod template, the seed's label scheme (003):
 
 - required node affinity: the job kind's pools (`<domain>/node.usage` In training|hybrid, or
-  inference|hybrid) and the placement's nodes (`matchFields metadata.name In ...`), added to each of the
-  user's own node-selector terms; a weight-100 preference for the kind's dedicated pool;
+  inference|hybrid), the chosen card (`nvidia.com/gpu.product` In the chosen nodes' products) and the
+  placement's nodes (`matchFields metadata.name In ...`), added to each of the user's own node-selector
+  terms, whose GPU pins (a GKE accelerator, an instance type, ...: cpn.devices) are dropped, as are
+  those of its nodeSelector: cpn honoured them when it chose the nodes, and another cluster's nodes
+  would not carry them; a weight-100 preference for the kind's dedicated pool;
 - tolerations for the kind's pool taints and for the `nvidia.com/gpu.product` taint of the chosen card,
   with the user's tolerations of other pools or other products dropped (an inference job never carries a
   training toleration);
-- `nvidia.com/gpu` requests and limits per pod; on a HAMi cluster a job sharing a card asks for
-  `nvidia.com/gpumem` (its share of the card's memory, MiB) and `nvidia.com/gpucores` (its share, %);
+- `nvidia.com/gpu` requests and limits per pod (none for a job whose DRA claims hold its devices);
+  on a HAMi cluster a job sharing a card asks for `nvidia.com/gpumem` (its share of the card's memory,
+  MiB) and `nvidia.com/gpucores` (its share, %) unless its manifest asks its own slice;
 - a topology spread over nodes when a gang's pods spread over several;
 - cpn's labels and annotations (cpn.adapters.kubernetes.labels) on the objects and their pod templates.
 
@@ -32,6 +36,7 @@ from typing import Any
 import yaml
 
 from cpn.decisions import Placement
+from cpn.devices import is_pin_label
 from cpn.formats.manifests import to_manifest
 from cpn.inventory import GPU_PRODUCT_LABEL, Node
 from cpn.jobs import JobSpec
@@ -139,6 +144,8 @@ class KubernetesBinder:
     ) -> tuple[list[_Template], bool]:
         """The templates whose pods hold the job's cards, shaped so that they add up to the placement;
         and whether a one-pod job was spread into several pods."""
+        if job.device_classes:  # DRA: the claims hold the devices; no nvidia.com/gpu is added beside them
+            return [t for t in templates if t.gpus() > 0 or t.pod_spec.get("resourceClaims")], False
         holding = [t for t in templates if t.gpus() > 0] or templates[:1]
         reshaped = False
         if len(holding) == 1 and holding[0].replicas == 1 and len(placement.nodes) > 1:
@@ -178,7 +185,7 @@ class KubernetesBinder:
         if self.hami and self.hami_resource_pool:
             annotations[HAMI_POOL_ANNOTATION] = self.hami_resource_pool
         spec = t.pod_spec
-        self._affinity(spec, job, [n.name for n in chosen])
+        self._affinity(spec, job, chosen)
         self._tolerations(spec, job, chosen[0])
         if not gpu:
             return
@@ -206,23 +213,40 @@ class KubernetesBinder:
                 HAMI_MEMORY: str(int(share * chosen[0].gpu_memory_gb * 1024)),
                 HAMI_CORES: str(round(share * 100)),
             }
-            resources.setdefault("limits", {}).update(extra)
+            limits = resources.setdefault("limits", {})
+            for key, value in extra.items():
+                limits.setdefault(key, value)  # the slice the user asked for stands
 
     def annotate_pods(self, workload: dict[str, Any], annotations: dict[str, str]) -> None:
         """Add `annotations` to every pod template of a bound workload."""
         for t in _templates(workload):
             t.template.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
 
-    def _affinity(self, spec: dict, job: JobSpec, node_names: list[str]) -> None:
+    def _affinity(self, spec: dict, job: JobSpec, chosen: list[Node]) -> None:
+        """Require the placement's nodes, the kind's pools and the chosen card: the user's GPU pins
+        (cpn.devices.is_pin_label: a GKE accelerator, an instance type, ...), which cpn honoured when it
+        chose the nodes, are replaced by the chosen nodes' `nvidia.com/gpu.product`, a label every node of
+        every cluster carries, so that the object stays schedulable where cpn put it."""
         pools = sorted(POOLS_FOR_KIND[job.kind])
         ours = {"key": self.labels.usage, "operator": "In", "values": pools}
-        pin = {"key": "metadata.name", "operator": "In", "values": node_names}
+        pin = {"key": "metadata.name", "operator": "In", "values": [n.name for n in chosen]}
+        card = {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": sorted({n.gpu_product for n in chosen})}
+        selector = spec.get("nodeSelector")
+        if isinstance(selector, dict):
+            for key in [k for k in selector if is_pin_label(k)]:
+                del selector[key]
+            if not selector:
+                del spec["nodeSelector"]
         node_affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
         required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
         terms = required.get("nodeSelectorTerms") or [{}]
         for term in terms:
-            exprs = [e for e in term.get("matchExpressions") or [] if e.get("key") != self.labels.usage]
-            term["matchExpressions"] = [*exprs, ours]
+            exprs = [
+                e
+                for e in term.get("matchExpressions") or []
+                if e.get("key") != self.labels.usage and not is_pin_label(str(e.get("key")))
+            ]
+            term["matchExpressions"] = [*exprs, ours, card]
             fields = [f for f in term.get("matchFields") or [] if f.get("key") != "metadata.name"]
             term["matchFields"] = [*fields, pin]
         required["nodeSelectorTerms"] = terms

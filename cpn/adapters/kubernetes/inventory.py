@@ -29,6 +29,7 @@ from cpn.inventory import (
     GPU_COUNT_LABEL,
     GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,
+    HAMI_NODE_ANNOTATIONS,
     Node,
     NodeState,
     SharedCard,
@@ -79,6 +80,7 @@ def read_node(
         labels=tuple(sorted(node_labels.items())),
         taints=taints,
         gpu_key=canonical_gpu(product, gpu_aliases),
+        hami=any(key in (meta.get("annotations") or {}) for key in HAMI_NODE_ANNOTATIONS),
     )
 
 
