@@ -32,7 +32,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from cpn.adapters.gateway import NoLog
 from cpn.api import UI_COOKIE as COOKIE
-from cpn.api import LogSource, cancel_answer, redact_manifest, redact_text
+from cpn.api import LogSource, cancel_answer, reader, redact_manifest, redact_text
 from cpn.auth import ApiSecurity, Principal
 from cpn.decisions import Estimate, WaitCode
 from cpn.engine.scheduler import EstimateSource
@@ -101,7 +101,9 @@ def mount_ui(
     clusters page shows, those of the caller's namespaces (None: no teams table)."""
 
     def page(name: str, request: Request, status: int = 200, **values: Any) -> HTMLResponse:
-        html = _env.get_template(name).render(principal=principal_of(request), **values)
+        principal = principal_of(request)
+        hide = str if principal is None else reader(store, principal)
+        html = _env.get_template(name).render(principal=principal, hide=hide, **values)
         return HTMLResponse(html, status_code=status)
 
     def login_first() -> Response:
@@ -254,7 +256,7 @@ def mount_ui(
             request,
             view=view,
             chart=utilisation_chart(view),
-            gantt=gantt(view),
+            gantt=gantt(view, principal),
             teams=None if teams is None else teams.rows(store, principal.namespaces),
         )
 
@@ -335,15 +337,19 @@ GANTT_ROWS = 30
 GANTT_ROW_H = 14
 
 
-def gantt(view: CapacityView) -> list[dict[str, Any]]:
-    """Per cluster, bars of the jobs seen on it within the utilisation history's window (x in a CHART_W
-    box over that window, one GANTT_ROW_H row per job), drawn server-side; empty before two samples."""
+def gantt(view: CapacityView, principal: Principal) -> list[dict[str, Any]]:
+    """Per cluster, bars of the jobs of `principal`'s namespaces seen on it within the utilisation
+    history's window (x in a CHART_W box over that window, one GANTT_ROW_H row per job), drawn
+    server-side; empty before two samples. Other namespaces' jobs are left out, not even counted: their
+    ids and number are theirs (docs/security.md)."""
     if len(view.history) < 2:
         return []
     t0, t1 = view.history[0][0], view.history[-1][0]
     span = (t1 - t0) or 1.0
     charts: dict[str, list[Any]] = {}
     for run in view.runs:
+        if not principal.may(run.job_id.split("/", 1)[0]):
+            continue
         charts.setdefault(run.cluster, []).append(run)
     out = []
     for cluster, runs in charts.items():
