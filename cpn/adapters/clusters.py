@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from config.runtime import store_exists
 from config.settings import Cluster, ClustersConfig, ConfigError, format_validation_error
 from cpn.adapters.gateway import ClusterGateway, JobEvent, NoLog, SubmitRejected
 from cpn.decisions import Placement
@@ -145,6 +147,18 @@ def stored_clusters(store: JobStore, config: ClustersConfig) -> list[ClusterRow]
         store.seed_clusters(cluster_specs(config))
         rows = store.clusters(removed=True)
     return rows or [ClusterRow(name, spec, "active", 0.0) for name, spec in cluster_specs(config)]
+
+
+def clusters_now(configured: ClustersConfig, store_target: Path | str) -> ClustersConfig:
+    """The clusters a service on the job store `store_target` places on now: the store's cluster set
+    (clusters added with `cpn cluster add` included; cordoned and removed ones left out) over
+    `configured`'s label domain and GPU aliases; `configured` where no service has kept a set there yet.
+    What the benchmark loop measures, so that a cluster that joins at run time is benchmarked."""
+    if not store_exists(store_target):
+        return configured
+    with JobStore(store_target, read_only=True) as store:
+        rows = [r for r in store.clusters() if r.state == "active"]
+    return stored_config(configured, rows) if rows else configured
 
 
 def stored_config(base: ClustersConfig, rows: Sequence[ClusterRow]) -> ClustersConfig:
