@@ -222,12 +222,14 @@ def run_service(args: argparse.Namespace) -> int:
             after(result)  # then the inventory for the web UI's clusters page, on the loop's own thread
             transfers = service.scheduler.transfers
             capacity.record(
-                service.gateway.inventory(),
+                service.gateway.every_node(),
                 service.clock.now(),
                 load.latest if isinstance(load, MeasuredLoad) else None,
                 transfers.learned() if transfers is not None else None,
+                service.gateway.cordoned,
             )
-            telemetry.after_round(result, capacity.view().counts, health)  # what /metrics serves
+            view = capacity.view()
+            telemetry.after_round(result, view.counts, health, view.cordoned)  # what /metrics serves
 
         loop = LiveLoop(service.scheduler, interval, simulation=service.driver, on_round=after_and_record)
         teams = service.scheduler.teams

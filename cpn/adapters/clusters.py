@@ -82,11 +82,16 @@ class ClusterSet:
     def inventory(self) -> tuple[NodeState, ...]:
         """Every node jobs may be placed on: of every cluster in the set but the cordoned ones (a gateway's
         nodes of other clusters left out)."""
+        return tuple(s for s in self.every_node() if s.node.cluster not in self.cordoned)
+
+    def every_node(self) -> tuple[NodeState, ...]:
+        """Every node of every cluster in the set, the cordoned ones' too: what people see (the web UI,
+        /metrics), where a cordoned cluster's running jobs and cards must not vanish."""
         return tuple(
             state
             for gateway in self._distinct
             for state in gateway.inventory()
-            if state.node.cluster in self._by_cluster and state.node.cluster not in self.cordoned
+            if state.node.cluster in self._by_cluster
         )
 
     def submit(self, job: JobSpec, placement: Placement) -> None:

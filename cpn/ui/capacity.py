@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,11 +37,13 @@ class CardCounts:
     """Cards jobs hold (whole, or shared)."""
     unusable: int
     """Free cards on nodes whose CPU is used up to the scheduler's CPU threshold: no job can start there."""
+    cordoned: int = 0
+    """Free cards of a cordoned cluster: no new job goes there (its running jobs' cards are `used`)."""
 
     @property
     def total(self) -> int:
         """Every card."""
-        return self.free + self.used + self.unusable
+        return self.free + self.used + self.unusable + self.cordoned
 
 
 @dataclass(frozen=True)
@@ -83,18 +85,26 @@ class CapacityView:
     """(source, destination, Gbit/s) learnt from measured image copies (cpn.transfer.TransferTimes)."""
     runs: tuple[Run, ...] = ()
     """Jobs seen on each cluster within the history window, by cluster and start."""
+    cordoned: frozenset[str] = frozenset()
+    """Clusters that take no new jobs (`cpn cluster cordon`); their nodes, jobs and cards are still shown."""
 
 
-def count_cards(states: Iterable[NodeState], cpu_threshold: float) -> tuple[CardCounts, ...]:
-    """Free, used and unusable cards per (cluster, GPU type), in name order."""
+def count_cards(
+    states: Iterable[NodeState], cpu_threshold: float, cordoned: Collection[str] = ()
+) -> tuple[CardCounts, ...]:
+    """Free, used, unusable and cordoned cards per (cluster, GPU type), in name order; a free card of a
+    cluster in `cordoned` counts as cordoned, whatever its node's CPU."""
     totals: dict[tuple[str, str], list[int]] = {}
     for state in states:
         room = Room.of(state, cpu_threshold)
         free = state.free_gpus
-        blocked = free if room.cpu_used >= room.cpu_cap else 0
-        counts = totals.setdefault((state.node.cluster, state.node.gpu_type), [0, 0, 0])
-        counts[0] += free - blocked
+        counts = totals.setdefault((state.node.cluster, state.node.gpu_type), [0, 0, 0, 0])
         counts[1] += state.node.gpu_count - free
+        if state.node.cluster in cordoned:
+            counts[3] += free
+            continue
+        blocked = free if room.cpu_used >= room.cpu_cap else 0
+        counts[0] += free - blocked
         counts[2] += blocked
     return tuple(CardCounts(c, g, *n) for (c, g), n in sorted(totals.items()))
 
@@ -116,10 +126,12 @@ class Capacity:
         now: float,
         metrics: Mapping[str, ClusterMetrics] | None = None,
         bandwidth: Mapping[tuple[str, str], float] | None = None,
+        cordoned: Collection[str] = (),
     ) -> None:
         """Take a new inventory, seen at `now` (store clock), with the metrics the round read (None: the
-        service reads none) and the learnt WAN bandwidth per (source, destination) pair."""
-        counts = count_cards(states, self.cpu_threshold)
+        service reads none), the learnt WAN bandwidth per (source, destination) pair and the cordoned
+        clusters (`states` has their nodes too: ClusterSet.every_node)."""
+        counts = count_cards(states, self.cpu_threshold, cordoned)
         on_now = {(s.node.cluster, job) for s in states for job in s.running}
         per_cluster: dict[str, list[int]] = {}
         for c in counts:
@@ -148,6 +160,7 @@ class Capacity:
                 health,
                 tuple((src, dst, gbps) for (src, dst), gbps in sorted((bandwidth or {}).items())),
                 runs,
+                frozenset(cordoned),
             )
 
     def view(self) -> CapacityView:
