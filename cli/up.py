@@ -261,6 +261,11 @@ def ensure_admin_token(settings: RuntimeSettings) -> str:
     )
 
 
+def ui_login(no_auth: bool, settings: RuntimeSettings) -> str:
+    """How to log in to the web UI, after its address: with the token in the client token file."""
+    return "" if no_auth else f" (log in with the token in {settings.client_token_path})"
+
+
 def run(args: argparse.Namespace) -> int:
     """Start everything, wait until Ctrl-C/SIGTERM or a service dies; exit 2 on a busy port, 1 on a
     service that failed."""
@@ -376,6 +381,7 @@ def run(args: argparse.Namespace) -> int:
                 f"  Prefect UI   {prefect_url}\n"
                 f"  MLflow UI    {mlflow_url}\n"
                 f"  cpn API      {api_url}\n"
+                f"  cpn web UI   {api_url}/ui{ui_login(args.no_auth, settings)}\n"
                 "Ctrl-C stops everything.",
                 flush=True,
             )

@@ -500,7 +500,8 @@ class _Guard:
         log.warning("refused %s %s from %s: %s", scope["method"], clip(scope["path"], 100), client[0], reason)
         return (
             401,
-            f"{reason}; send Authorization: Bearer <token> (tokens are made with `cpn token create`)",
+            f"{reason}; send Authorization: Bearer <token> (tokens are made with `cpn token create`; "
+            "`cpn up` keeps an admin token in $CPN_HOME/token, ~/.cpn/token by default)",
             [(b"www-authenticate", b"Bearer")],
         )
 

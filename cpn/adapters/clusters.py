@@ -25,7 +25,7 @@ from config.runtime import store_exists
 from config.settings import Cluster, ClustersConfig, ConfigError, format_validation_error
 from cpn.adapters.gateway import ClusterGateway, JobEvent, NoLog, SubmitRejected
 from cpn.decisions import Placement
-from cpn.inventory import NodeState
+from cpn.inventory import NodeState, nodes_from_config
 from cpn.jobs import ON_CLUSTER, IllegalTransition, JobSpec, JobState
 from cpn.store import ClusterRow, JobStore, UnknownJob
 from cpn.transfer import TransferTimes
@@ -213,17 +213,26 @@ def cluster_to_add(rows: Sequence[ClusterRow], data: Any) -> tuple[str, dict[str
 
 def cluster_summary(store: JobStore) -> list[dict[str, Any]]:
     """The stored cluster set for people (`cpn cluster list`, `GET /clusters`): each cluster's name, state,
-    whether it is simulated, when it was added (unix time) and how many jobs are on it."""
-    return [
-        {
-            "name": row.name,
-            "state": row.state,
-            "simulated": not row.spec.get("kube_context"),
-            "added_at": row.added_at,
-            "jobs_on": len(store.jobs_on(row.name)),
-        }
-        for row in store.clusters()
-    ]
+    whether it is simulated, its nodes and cards as its node groups list them (None for a real cluster,
+    whose nodes its Kubernetes API lists), when it was added (unix time) and how many jobs are on it."""
+    out = []
+    for row in store.clusters():
+        simulated = not row.spec.get("kube_context")
+        nodes = (
+            nodes_from_config(stored_config(ClustersConfig.model_construct(), [row])) if simulated else None
+        )
+        out.append(
+            {
+                "name": row.name,
+                "state": row.state,
+                "simulated": simulated,
+                "nodes": None if nodes is None else len(nodes),
+                "cards": None if nodes is None else sum(n.gpu_count for n in nodes),
+                "added_at": row.added_at,
+                "jobs_on": len(store.jobs_on(row.name)),
+            }
+        )
+    return out
 
 
 class ClusterBook:
