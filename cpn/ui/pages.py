@@ -22,7 +22,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, get_args
 from urllib.parse import parse_qs, urlencode
 
@@ -39,6 +38,7 @@ from cpn.engine.scheduler import EstimateSource
 from cpn.engine.team_view import TeamBoard
 from cpn.jobs import FINISHED, JobState
 from cpn.store import JobRecord, JobStore, Transition, UnknownJob
+from cpn.times import between, clock_time, duration, relative
 from cpn.ui.capacity import CapacityView
 
 PAGE_SIZE = 50
@@ -54,28 +54,11 @@ LOG_LINES = 50
 _env = Environment(loader=PackageLoader("cpn.ui", "templates"), autoescape=select_autoescape(["html"]))
 
 
-def _when(t: float | None) -> str:
-    if t is None:
-        return "-"
-    if t == math.inf:  # a service's predicted end
-        return "never"
-    if t < 1e9:  # simulated time: seconds since the simulation began
-        return f"t = {_span(t)}"
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _span(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    sign, s = ("-" if seconds < 0 else ""), abs(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if s >= size:
-            return f"{sign}{s / size:.1f} {unit}"
-    return f"{sign}{s:.0f} s"
-
-
-_env.filters["when"] = _when
-_env.filters["span"] = _span
+_env.filters["when"] = clock_time
+_env.filters["span"] = duration
+_env.filters["relative"] = relative
+_env.globals["between"] = between
+_env.globals["inf"] = math.inf
 
 
 def principal_of(request: Request) -> Principal | None:
@@ -204,6 +187,9 @@ def mount_ui(
         predicted: Estimate | None = None
         if estimates is not None and ran_on and not record.spec.is_service:
             predicted = estimates.estimates((record.spec,), (ran_on,)).get(record.job_id, {}).get(ran_on)
+        running_end = None
+        if record.state == JobState.RUNNING and timing.ended is None:
+            running_end = predicted_end(timing, predicted)
         live_log = None
         if logs is not None:
             try:
@@ -219,6 +205,7 @@ def mount_ui(
             timing=timing,
             ran_on=ran_on,
             predicted=predicted,
+            running_end=running_end,
             live_log=live_log,
             tails=[(t, redact_text(t.log_tail)) for t in history if t.log_tail],
             manifest=redact_manifest(record.spec.manifest),
@@ -307,6 +294,17 @@ def run_timing(history: list[Transition], now: float) -> RunTiming:
     return RunTiming(
         transfer, start.time, end, (now if end is None else end) - start.time, start.cluster, start.node
     )
+
+
+def predicted_end(timing: RunTiming, estimate: Estimate | None) -> tuple[float, float, float] | None:
+    """When a running job should end, and the interval its estimate's spread allows (end, low, high):
+    its run's start plus the predicted runtime on its card (a resumed run's restart and earlier work are
+    not known here, so this is the whole run's); None without a start or a finite estimate."""
+    if timing.started is None or estimate is None or not math.isfinite(estimate.runtime_s):
+        return None
+    runtime, spread = estimate.runtime_s, estimate.runtime_s * estimate.uncertainty
+    start = timing.started
+    return start + runtime, start + runtime - spread, start + runtime + spread
 
 
 CHART_W, CHART_H = 720, 200
