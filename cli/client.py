@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from config.runtime import runtime_settings
+from cpn.decisions import NEVER, never_starts
 from cpn.times import clock_time, from_now, moment_now, parse_api_time
 
 EXIT_REFUSED = 1
@@ -135,7 +136,9 @@ def show_job(client: Client, job_id: str, manifest: bool) -> int:
     ]
     if job["waiting"]:
         lines.append(("waiting", f"{job['waiting']['code']}: {job['waiting']['detail']}".rstrip(": ")))
-        if job["predicted_start_at"] is not None:
+        if never_starts(job["waiting"]["code"], job["waiting"]["detail"]):
+            lines.append(("predicted start", NEVER))
+        elif job["predicted_start_at"] is not None:
             start, low, high, end = (
                 parse_api_time(job[key])
                 for key in (

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from cli.tokens import tokens_file_argument, tokens_path
 from config.runtime import job_store, store_exists
 from cpn.auth import LOOPBACK_HOSTS, ApiSecurity, Authenticator, TokenFileError
+from cpn.decisions import NEVER, never_starts
 from cpn.intake import IntakeError, Reading, read_manifests
 from cpn.jobs import JobSpec, JobState
 from cpn.safe_yaml import DEFAULT_LIMITS
@@ -283,7 +284,9 @@ def run_jobs(args: argparse.Namespace) -> int:
             r.cluster or "-",
             r.node or "-",
             clock_time(r.submitted_at),
-            from_now(r.waiting.predicted_start if r.waiting is not None else None),
+            "never"
+            if r.waiting and never_starts(r.waiting.code, r.waiting.detail)
+            else from_now(r.waiting.predicted_start if r.waiting is not None else None),
         )
         for r in records
     ]
@@ -444,7 +447,9 @@ def _describe(record: JobRecord) -> str:
     if record.waiting is not None:
         waiting = record.waiting
         lines.append(("waiting", f"{waiting.code}: {waiting.detail}" if waiting.detail else waiting.code))
-        if waiting.predicted_start is not None:
+        if never_starts(waiting.code, waiting.detail):
+            lines.append(("predicted start", NEVER))
+        elif waiting.predicted_start is not None:
             end = None if waiting.predicted_end == math.inf else waiting.predicted_end
             lines.append(
                 (

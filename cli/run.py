@@ -227,6 +227,7 @@ def run_service(args: argparse.Namespace) -> int:
                 load.latest if isinstance(load, MeasuredLoad) else None,
                 transfers.learned() if transfers is not None else None,
                 service.gateway.cordoned,
+                service.scheduler.queue.pending(),
             )
             view = capacity.view()
             telemetry.after_round(result, view.counts, health, view.cordoned)  # what /metrics serves

@@ -28,7 +28,7 @@ from cpn.engine.scheduler import RoundResult, Scheduler
 from cpn.jobs import JobSpec, JobState
 from cpn.store import JobStore
 
-CARD_STATES = ("free", "used", "unusable", "cordoned")
+CARD_STATES = ("free", "used", "unusable", "cordoned", "pool")
 """The `status` of `cpn_gpus`: what each card of a cluster and GPU type is (cpn.ui.capacity.CardCounts)."""
 HEALTH_STATES = ("ok", "degraded", "unknown")
 """A cluster's metrics health (cpn.adapters.metrics.ClusterHealth), one 0/1 series each."""
@@ -62,6 +62,7 @@ class Cards(Protocol):
     used: int
     unusable: int
     cordoned: int
+    pool: int
 
 
 class Telemetry(Collector):
@@ -181,8 +182,9 @@ class Telemetry(Collector):
             cards, health, cordoned = self._cards, self._health, self._cordoned
         gpus = GaugeMetricFamily(
             "cpn_gpus",
-            "Cards per cluster and GPU type as the latest round's inventory says: free, used, "
-            "unusable (free on a node whose CPU is used up) and cordoned (free on a cordoned cluster).",
+            "Cards per cluster and GPU type as the latest round's inventory says: free, used, unusable "
+            "(free, but the node's CPU room serves no queued job), cordoned (free on a cordoned cluster) and "
+            "pool (free on a node whose pool or taints admit no queued job).",
             labels=["cluster", "gpu_type", "status"],
         )
         for c in cards:

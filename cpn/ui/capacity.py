@@ -9,14 +9,17 @@ the running service.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cpn.admission import Room
 from cpn.inventory import NodeState
+from cpn.jobs import JobSpec
+from cpn.rules import gang_cpu, kind_admits
 
 if TYPE_CHECKING:
     from cpn.adapters.metrics import ClusterMetrics
@@ -32,18 +35,21 @@ class CardCounts:
     cluster: str
     gpu_type: str
     free: int
-    """Cards no job holds, on nodes with CPU room for a job."""
+    """Cards no job holds that a queued job could use (CPU and pool allowing)."""
     used: int
     """Cards jobs hold (whole, or shared)."""
     unusable: int
-    """Free cards on nodes whose CPU is used up to the scheduler's CPU threshold: no job can start there."""
+    """Free cards the node's CPU cannot serve: what its running jobs leave under the scheduler's CPU
+    threshold is less than any queued job asks per card (with no queue: nothing is left)."""
     cordoned: int = 0
     """Free cards of a cordoned cluster: no new job goes there (its running jobs' cards are `used`)."""
+    pool: int = 0
+    """Free cards on nodes whose pool or taints admit no queued job's kind (with no queue: none)."""
 
     @property
     def total(self) -> int:
         """Every card."""
-        return self.free + self.used + self.unusable + self.cordoned
+        return self.free + self.used + self.unusable + self.cordoned + self.pool
 
 
 @dataclass(frozen=True)
@@ -90,22 +96,35 @@ class CapacityView:
 
 
 def count_cards(
-    states: Iterable[NodeState], cpu_threshold: float, cordoned: Collection[str] = ()
+    states: Iterable[NodeState],
+    cpu_threshold: float,
+    cordoned: Collection[str] = (),
+    queued: Sequence[JobSpec] = (),
 ) -> tuple[CardCounts, ...]:
-    """Free, used, unusable and cordoned cards per (cluster, GPU type), in name order; a free card of a
-    cluster in `cordoned` counts as cordoned, whatever its node's CPU."""
+    """Free, used and unusable cards per (cluster, GPU type), in name order, counted node by node against
+    the `queued` jobs: a free card of a cluster in `cordoned` is cordoned; else on a node whose pool or
+    taints admit none of their kinds, `pool`; else one the node's CPU room under the threshold cannot
+    serve (room for fewer cards than are free, at the least CPU any of them asks per card), `unusable`."""
+    kinds = {job.kind for job in queued}
+    per_card = min((gang_cpu(job, 1) for job in queued), default=0.0)
     totals: dict[tuple[str, str], list[int]] = {}
     for state in states:
-        room = Room.of(state, cpu_threshold)
-        free = state.free_gpus
-        counts = totals.setdefault((state.node.cluster, state.node.gpu_type), [0, 0, 0, 0])
-        counts[1] += state.node.gpu_count - free
-        if state.node.cluster in cordoned:
+        free, node = state.free_gpus, state.node
+        counts = totals.setdefault((node.cluster, node.gpu_type), [0, 0, 0, 0, 0])
+        counts[1] += node.gpu_count - free
+        if node.cluster in cordoned:
             counts[3] += free
             continue
-        blocked = free if room.cpu_used >= room.cpu_cap else 0
-        counts[0] += free - blocked
-        counts[2] += blocked
+        if kinds and not any(kind_admits(node, kind) for kind in kinds):
+            counts[4] += free
+            continue
+        room = Room.of(state, cpu_threshold)
+        left = room.cpu_cap - room.cpu_used
+        served = (
+            (free if left > 0 else 0) if per_card <= 0 else min(free, max(0, math.floor(left / per_card)))
+        )
+        counts[0] += served
+        counts[2] += free - served
     return tuple(CardCounts(c, g, *n) for (c, g), n in sorted(totals.items()))
 
 
@@ -127,11 +146,13 @@ class Capacity:
         metrics: Mapping[str, ClusterMetrics] | None = None,
         bandwidth: Mapping[tuple[str, str], float] | None = None,
         cordoned: Collection[str] = (),
+        queued: Sequence[JobSpec] = (),
     ) -> None:
         """Take a new inventory, seen at `now` (store clock), with the metrics the round read (None: the
-        service reads none), the learnt WAN bandwidth per (source, destination) pair and the cordoned
-        clusters (`states` has their nodes too: ClusterSet.every_node)."""
-        counts = count_cards(states, self.cpu_threshold, cordoned)
+        service reads none), the learnt WAN bandwidth per (source, destination) pair, the cordoned
+        clusters (`states` has their nodes too: ClusterSet.every_node) and the queued jobs, which the free
+        cards are counted against (count_cards)."""
+        counts = count_cards(states, self.cpu_threshold, cordoned, queued)
         on_now = {(s.node.cluster, job) for s in states for job in s.running}
         per_cluster: dict[str, list[int]] = {}
         for c in counts:

@@ -33,7 +33,7 @@ from cpn.adapters.gateway import NoLog
 from cpn.api import UI_COOKIE as COOKIE
 from cpn.api import LogSource, cancel_answer, reader, redact_manifest, redact_text
 from cpn.auth import ApiSecurity, Principal
-from cpn.decisions import Estimate, WaitCode
+from cpn.decisions import NEVER, Estimate, WaitCode, never_starts
 from cpn.engine.scheduler import EstimateSource
 from cpn.engine.team_view import TeamBoard
 from cpn.jobs import FINISHED, JobState
@@ -59,6 +59,8 @@ _env.filters["span"] = duration
 _env.filters["relative"] = relative
 _env.globals["between"] = between
 _env.globals["inf"] = math.inf
+_env.globals["never_starts"] = never_starts
+_env.globals["NEVER"] = NEVER
 
 
 def principal_of(request: Request) -> Principal | None:

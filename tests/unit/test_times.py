@@ -5,6 +5,7 @@ its page."""
 from __future__ import annotations
 
 import math
+import re
 import time
 
 import pytest
@@ -14,7 +15,7 @@ from cli import main
 from cpn.api import create_app
 from cpn.auth import ApiSecurity
 from cpn.clock import SimClock
-from cpn.decisions import Estimate, Waiting
+from cpn.decisions import NEVER, Estimate, Waiting
 from cpn.jobs import JobSpec, JobState
 from cpn.store import JobStore
 from cpn.times import between, clock_time, duration, moment, parse_api_time, relative, stamp
@@ -103,3 +104,17 @@ def test_a_running_jobs_page_shows_its_predicted_end_and_interval(tmp_path, berl
         "between 2027-01-15 10:48:00 CET and 2027-01-15 11:12:00 CET</dd>"
     )
     assert expected in page
+
+
+def test_a_job_that_never_starts_under_its_quota_says_so_where_its_start_would_be(tmp_path, capsys):
+    detail = f"team nlp may never hold the 8 cards it needs (quota k80=4; a hard limit): {NEVER}"
+    with JobStore(tmp_path / "jobs.db", SimClock(NOW)) as store:
+        store.submit([JobSpec("nlp/big", "ResNet-50", num_gpus=8)])
+        store.set_waiting([Waiting("nlp/big", "over-quota", detail)])
+        security = ApiSecurity.no_auth(allowed_hosts={"testserver"})
+        app = mount_ui(create_app(store, security=security), store, security, now=lambda: NOW)
+        with TestClient(app) as client:
+            job_page, queue = client.get("/ui/jobs/nlp/big").text, client.get("/ui/queue").text
+    assert f'<dd id="predicted-start">{NEVER}</dd>' in job_page and f"<td>{NEVER}</td>" in queue
+    assert main(["job", "nlp/big", "--store", str(tmp_path / "jobs.db")]) == 0
+    assert re.search(rf"^predicted start\s+{NEVER}$", capsys.readouterr().out, re.MULTILINE)
