@@ -13,7 +13,7 @@ then prints:
 - predicted against actual starts (`cpn_predicted_start_error_seconds`);
 - every job id another namespace's token could see in the API and on the pages (must be 0).
 
-    .venv/bin/python scripts/lab_day.py [--jobs 120] [--time-scale 60] [--minutes 1.5]
+    .venv/bin/python scripts/lab_day.py [--jobs 120] [--time-scale 60] [--minutes 1.5] [--legacy-cpu]
 
 Exit status 1 when a token sees another namespace's job. Estimates are the simulator's oracle
 (`--estimates oracle`), so no champion is trained first.
@@ -40,7 +40,10 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from config.settings import load_profile  # noqa: E402
 from cpn.auth import create_token  # noqa: E402
+from cpn.formats.throughput import ThroughputTable  # noqa: E402
+from cpn.sim import generated  # noqa: E402
 
 NAMESPACES = ("default", "nlp", "vision")
 TEAMS = {
@@ -72,10 +75,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cpn(*args: str, env: dict[str, str]) -> None:
-    subprocess.run([sys.executable, "-m", "cli", *args], cwd=REPO, env=env, check=True, capture_output=True)
-
-
 def all_jobs(api: httpx.Client) -> list[dict]:
     jobs, cursor = [], None
     while True:
@@ -103,6 +102,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--minutes", type=float, default=1.5, help="wall minutes to run (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--legacy-cpu",
+        action="store_true",
+        help="generate 2-8 CPU cores per job, as before issue 27, to compare",
     )
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="cpn-lab-day-"))
@@ -132,20 +136,11 @@ def main() -> int:
         yaml_type = {"content-type": "application/yaml"}
         for manifest in sorted((REPO / "examples" / "manifests").glob("*.yaml")):
             api.post("/jobs", content=manifest.read_text(), headers=yaml_type).raise_for_status()
-        queue = home / "queue.yaml"
-        cpn(
-            "generate",
-            "--config",
-            str(config),
-            "--jobs",
-            str(args.jobs),
-            "--seed",
-            "27",
-            "--out",
-            str(queue),
-            env=env,
-        )
-        docs = queue.read_text().split("\n---\n")
+        if args.legacy_cpu:  # what the generator asked before issue 27: 2-8 cores per job, whatever its GPUs
+            generated.cpu_per_card = lambda clusters: None
+        profile = load_profile(config)
+        manifests = generated.generate_manifests(profile.clusters, ThroughputTable.load(), args.jobs, 27)
+        docs = [m for _, m in manifests]
         for i, doc in enumerate(docs):  # the generated jobs, spread over the namespaces
             namespace = NAMESPACES[i % len(NAMESPACES)]
             doc = doc.replace("namespace: default", f"namespace: {namespace}")
