@@ -104,9 +104,12 @@ def count_cards(
     """Free, used and unusable cards per (cluster, GPU type), in name order, counted node by node against
     the `queued` jobs: a free card of a cluster in `cordoned` is cordoned; else on a node whose pool or
     taints admit none of their kinds, `pool`; else one the node's CPU room under the threshold cannot
-    serve (room for fewer cards than are free, at the least CPU any of them asks per card), `unusable`."""
+    serve, `unusable`: of the queued jobs whose cards fit in the node's free cards, the one asking least
+    CPU per card sets how many cards the room serves (a node where no queued job's cards fit keeps its
+    cards free: they wait on gangs, not on CPU). With no queue, a node's free cards are unusable only
+    when its CPU is used up."""
     kinds = {job.kind for job in queued}
-    per_card = min((gang_cpu(job, 1) for job in queued), default=0.0)
+    least = _least_cpu_per_card(queued)
     totals: dict[tuple[str, str], list[int]] = {}
     for state in states:
         free, node = state.free_gpus, state.node
@@ -120,12 +123,31 @@ def count_cards(
             continue
         room = Room.of(state, cpu_threshold)
         left = room.cpu_cap - room.cpu_used
-        served = (
-            (free if left > 0 else 0) if per_card <= 0 else min(free, max(0, math.floor(left / per_card)))
-        )
+        per_card = least[min(free, len(least) - 1)] if least else 0.0
+        if per_card == math.inf or free == 0:
+            served = free
+        elif per_card <= 0:
+            served = free if left > 0 else 0
+        else:
+            served = min(free, max(0, math.floor(left / per_card + 1e-9)))
         counts[0] += served
         counts[2] += free - served
     return tuple(CardCounts(c, g, *n) for (c, g), n in sorted(totals.items()))
+
+
+def _least_cpu_per_card(queued: Sequence[JobSpec]) -> list[float]:
+    """[k] -> the least CPU per card a queued job of at most k cards asks (inf: none that small); empty
+    without a queue."""
+    if not queued:
+        return []
+    widest = max(job.num_gpus for job in queued)
+    least = [math.inf] * (widest + 1)
+    for job in queued:
+        if job.num_gpus:
+            least[job.num_gpus] = min(least[job.num_gpus], gang_cpu(job, 1))
+    for k in range(1, widest + 1):
+        least[k] = min(least[k], least[k - 1])
+    return least
 
 
 class Capacity:

@@ -83,3 +83,6 @@ def test_free_cards_no_queued_job_can_use_are_counted_per_node_by_cause():
     assert (counts.free, counts.used, counts.unusable, counts.pool, counts.total) == (2, 8, 6, 4, 20)
     (idle,) = count_cards((tight, roomy, serving), 0.9)  # no queue: only a node with no CPU left blocks
     assert (idle.free, idle.unusable, idle.pool) == (12, 0, 0)
+    gang = [JobSpec("lab/g", "ResNet-50", num_gpus=8, cpu=8.0)]  # fits no node's free cards: not a CPU wait
+    (waiting_on_gang,) = count_cards((tight,), 0.9, queued=gang)
+    assert (waiting_on_gang.free, waiting_on_gang.unusable) == (4, 0)
