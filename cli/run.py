@@ -24,6 +24,7 @@ from cpn.engine.team_view import TeamBoard
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
 from cpn.inventory import nodes_from_config
 from cpn.policies.teams import quota_cards, teams_of
+from cpn.sim.driver import Timeline
 from cpn.store import StoreError
 
 log = logging.getLogger("cpn.run")
@@ -193,6 +194,12 @@ def _stand_by(service: Service, loop: LiveLoop) -> bool:
     return True
 
 
+def wall_of(timeline: Timeline) -> Callable[[float], float]:
+    """Simulated time -> the wall-clock time it falls on, by a live simulation's timeline (the web UI
+    shows both)."""
+    return lambda t: timeline.wall_anchor + (t - timeline.sim_anchor) / timeline.scale
+
+
 def run_service(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM; exit 2 on bad configuration or while another process schedules the store,
     1 if another process takes the store over meanwhile."""
@@ -261,6 +268,7 @@ def run_service(args: argparse.Namespace) -> int:
                     logs=service.gateway.logs,
                     estimates=service.scheduler.estimator,
                     teams=board,
+                    wall_of=None if service.driver is None else wall_of(service.driver.timeline),
                 ),
                 host=args.host,
                 port=args.port,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 SIMULATED_BELOW = 1e9
@@ -39,15 +40,21 @@ def duration(seconds: float | None) -> str:
     return f"{sign}{s:.0f} s"
 
 
-def clock_time(t: float | None) -> str:
-    """A store time: local date and time with the zone on the wall clock, else labelled simulated;
-    `-` for None, `never` for inf (a service's end)."""
+def clock_time(t: float | None, wall_of: Callable[[float], float] | None = None) -> str:
+    """A store time: local date and time with the zone on the wall clock, else labelled simulated, with
+    the wall-clock time it maps to where `wall_of` (simulated -> Unix time, a live simulation's
+    timeline) is given; `-` for None, `never` for inf (a service's end)."""
     if t is None:
         return "-"
     if t == math.inf:
         return "never"
     if is_simulated(t):
-        return f"t = {duration(t)} (simulated)"
+        at = "" if wall_of is None else f"; {_local(wall_of(t))}"
+        return f"t = {duration(t)} (simulated{at})"
+    return _local(t)
+
+
+def _local(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
@@ -82,12 +89,15 @@ def moment_now(t: float | None) -> str:
     return moment(t, None if t is None or is_simulated(t) else time.time())
 
 
-def between(low: float | None, high: float | None) -> str | None:
-    """`between L and H` for an interval of store times; None where there is none to show (an end not
-    known, or both ends the same moment: an empty interval says nothing)."""
+def between(
+    low: float | None, high: float | None, wall_of: Callable[[float], float] | None = None
+) -> str | None:
+    """`between L and H` for an interval of store times (`wall_of` as `clock_time` takes it); None where
+    there is none to show (an end not known, or both ends the same moment: an empty interval says
+    nothing)."""
     if low is None or high is None or high - low < SAME_S:
         return None
-    return f"between {clock_time(low)} and {clock_time(high)}"
+    return f"between {clock_time(low, wall_of)} and {clock_time(high, wall_of)}"
 
 
 def stamp(t: float) -> str:

@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader, pass_context, select_autoescape
 
 from cpn.adapters.gateway import NoLog
 from cpn.api import UI_COOKIE as COOKIE
@@ -54,10 +54,10 @@ LOG_LINES = 50
 _env = Environment(loader=PackageLoader("cpn.ui", "templates"), autoescape=select_autoescape(["html"]))
 
 
-_env.filters["when"] = clock_time
+_env.filters["when"] = pass_context(lambda ctx, t: clock_time(t, ctx.get("wall_of")))
 _env.filters["span"] = duration
 _env.filters["relative"] = relative
-_env.globals["between"] = between
+_env.globals["between"] = pass_context(lambda ctx, low, high: between(low, high, ctx.get("wall_of")))
 _env.globals["inf"] = math.inf
 _env.globals["never_starts"] = never_starts
 _env.globals["NEVER"] = NEVER
@@ -77,18 +77,21 @@ def mount_ui(
     logs: LogSource | None = None,
     estimates: EstimateSource | None = None,
     teams: TeamBoard | None = None,
+    wall_of: Callable[[float], float] | None = None,
 ) -> FastAPI:
     """Add the `/ui` pages to `app` (cpn.api.create_app's, with the same `security`), reading `store`, and
     return it; `capacity` is the running service's latest inventory (None: the clusters page says there is
     none); `now` is the store's clock (ages, predicted starts); `logs` reads a job's log from its cluster
     (the callable create_app gets; None: only stored log tails); `estimates` is the scheduler's estimate
     source, whose runtime a job's page sets beside the measured one (None: not shown); `teams` the teams the
-    clusters page shows, those of the caller's namespaces (None: no teams table)."""
+    clusters page shows, those of the caller's namespaces (None: no teams table); `wall_of` maps a
+    simulated store time to the wall clock (a live simulation's timeline), so that pages give simulated
+    times their time of day too (None: the store is on the wall clock, or no mapping is known)."""
 
     def page(name: str, request: Request, status: int = 200, **values: Any) -> HTMLResponse:
         principal = principal_of(request)
         hide = str if principal is None else reader(store, principal)
-        html = _env.get_template(name).render(principal=principal, hide=hide, **values)
+        html = _env.get_template(name).render(principal=principal, hide=hide, wall_of=wall_of, **values)
         return HTMLResponse(html, status_code=status)
 
     def login_first() -> Response:

@@ -118,3 +118,22 @@ def test_a_job_that_never_starts_under_its_quota_says_so_where_its_start_would_b
     assert f'<dd id="predicted-start">{NEVER}</dd>' in job_page and f"<td>{NEVER}</td>" in queue
     assert main(["job", "nlp/big", "--store", str(tmp_path / "jobs.db")]) == 0
     assert re.search(rf"^predicted start\s+{NEVER}$", capsys.readouterr().out, re.MULTILINE)
+
+
+def test_a_live_simulations_pages_give_its_times_their_time_of_day(tmp_path, berlin):
+    """`cpn up` runs simulated clusters at wall speed: a simulated time says which wall time it falls on."""
+    with JobStore(tmp_path / "jobs.db", SimClock(600.0)) as store:
+        store.submit([JobSpec("lab/a", "ResNet-50", num_gpus=1)])
+        store.set_waiting([Waiting("lab/a", "queue-order", "", 720.0, None, 660.0, 780.0)])
+        security = ApiSecurity.no_auth(allowed_hosts={"testserver"})
+        app = create_app(store, security=security, clock="simulated")
+        mount_ui(app, store, security, now=lambda: 600.0, wall_of=lambda t: NOW + t - 600.0)
+        with TestClient(app) as client:
+            page = client.get("/ui/jobs/lab/a").text
+    assert (
+        '<dd id="predicted-start">t = 12.0 min (simulated; 2027-01-15 09:02:00 CET) (in 2.0 min)</dd>' in page
+    )
+    assert (
+        "between t = 11.0 min (simulated; 2027-01-15 09:01:00 CET) and t = 13.0 min (simulated; "
+        "2027-01-15 09:03:00 CET)"
+    ) in page
