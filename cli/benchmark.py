@@ -1,7 +1,10 @@
 """`cpn benchmark`: benchmark the nodes of GPU types the benchmarks store has no scores of.
 
-A dry run reads the clusters and the store and prints which nodes it would benchmark and why, starting
-nothing; without it the `benchmark-nodes` flow runs the loop once (Prefect, imported only then).
+The clusters are the job store's cluster set (`--store`, default this cpn home's), so that a cluster
+added while cpn runs (`cpn cluster add`) is benchmarked as soon as it joins; the config's clusters where
+no service has run on the store yet. A dry run reads the clusters and the benchmarks store and prints
+which nodes it would benchmark and why, starting nothing; without it the `benchmark-nodes` flow runs the
+loop once (Prefect, imported only then).
 """
 
 from __future__ import annotations
@@ -10,7 +13,9 @@ import argparse
 import json
 
 from config.benchmarking import load_benchmarking, store_paths
+from config.runtime import job_store
 from config.settings import DEMO_DIR, load_profile
+from cpn.adapters.clusters import clusters_now
 from cpn.benchmarking import plan_from_files
 from cpn.bootstrap import build_benchmark_clusters
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
@@ -26,6 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "round in MLflow and retrains the predictor when scores changed.",
     )
     p.add_argument("--config", default=str(DEMO_DIR), help="config folder (default: the demo's)")
+    p.add_argument(
+        "--store",
+        help="job store whose cluster set is benchmarked (default: $CPN_STORE, else this cpn home's jobs.db; "
+        "the config's clusters where it has none)",
+    )
     p.add_argument("--throughputs", help="simulated clusters' ground truth (default: Gavel's table)")
     p.add_argument("--dry-run", action="store_true", help="print the nodes it would benchmark and why")
     p.set_defaults(func=run_benchmark)
@@ -36,12 +46,14 @@ def run_benchmark(args: argparse.Namespace) -> int:
     if not args.dry_run:
         from flows.benchmarks import benchmark_nodes
 
-        print(json.dumps(benchmark_nodes(config_dir=args.config, throughputs=args.throughputs), indent=1))
+        summary = benchmark_nodes(config_dir=args.config, throughputs=args.throughputs, store=args.store)
+        print(json.dumps(summary, indent=1))
         return 0
     profile, settings = load_profile(args.config), load_benchmarking(args.config)
     base, _, failures = store_paths(settings)
     clusters = build_benchmark_clusters(
-        profile.clusters, ThroughputTable.load(args.throughputs or GAVEL_ISOLATED)
+        clusters_now(profile.clusters, job_store(args.store)),
+        ThroughputTable.load(args.throughputs or GAVEL_ISOLATED),
     )
     try:
         plan = plan_from_files(clusters.gateway.inventory(), base, settings, failures)

@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 
 from config.runtime import runtime_settings
+from cpn.decisions import NEVER, never_starts
+from cpn.times import clock_time, from_now, moment_now, parse_api_time
 
 EXIT_REFUSED = 1
 TIMEOUT_S = 30.0
@@ -79,17 +81,8 @@ def _job_path(job_id: str) -> str:
     return f"/jobs/{namespace}/{name}"
 
 
-def show_time(value: str | float | None, clock: str) -> str:
-    """A time as the API gives it, for people: UTC to the second, or simulated seconds."""
-    if value is None:
-        return "-"
-    if clock == "simulated":
-        return f"{float(value):.1f}s"
-    return f"{str(value)[:19]}Z"
-
-
 def _clock_note(clock: str) -> str:
-    return "times: seconds of simulated time (simulated clusters)" if clock == "simulated" else "times: UTC"
+    return "times: on the simulated clock (simulated clusters)" if clock == "simulated" else "times: local"
 
 
 def list_jobs(client: Client, states: list[str] | None) -> int:
@@ -110,8 +103,8 @@ def list_jobs(client: Client, states: list[str] | None) -> int:
                 str(j["num_gpus"]),
                 j["cluster"] or "-",
                 j["node"] or "-",
-                show_time(j["accepted_at"], clock),
-                show_time(j["predicted_start_at"], clock),
+                clock_time(parse_api_time(j["accepted_at"])),
+                from_now(parse_api_time(j["predicted_start_at"])),
             )
             for j in page["jobs"]
         ]
@@ -138,30 +131,36 @@ def show_job(client: Client, job_id: str, manifest: bool) -> int:
         ("cluster", job["cluster"] or "-"),
         ("node", job["node"] or "-"),
         ("gpus", ", ".join(f"{p['node']}:{p['gpus']}" for p in job["placement"]) or "-"),
-        ("accepted", show_time(job["accepted_at"], clock)),
-        ("updated", show_time(job["updated_at"], clock)),
+        ("accepted", moment_now(parse_api_time(job["accepted_at"]))),
+        ("updated", moment_now(parse_api_time(job["updated_at"]))),
     ]
     if job["waiting"]:
         lines.append(("waiting", f"{job['waiting']['code']}: {job['waiting']['detail']}".rstrip(": ")))
-        if job["predicted_start_at"] is not None:
-            low, high, end = (
-                None if job[key] is None else show_time(job[key], clock)
-                for key in ("predicted_start_low_at", "predicted_start_high_at", "predicted_end_at")
+        if never_starts(job["waiting"]["code"], job["waiting"]["detail"]):
+            lines.append(("predicted start", NEVER))
+        elif job["predicted_start_at"] is not None:
+            start, low, high, end = (
+                parse_api_time(job[key])
+                for key in (
+                    "predicted_start_at",
+                    "predicted_start_low_at",
+                    "predicted_start_high_at",
+                    "predicted_end_at",
+                )
             )
-            lines.append(
-                ("predicted start", predicted(show_time(job["predicted_start_at"], clock), low, high, end))
-            )
+            lines.append(("predicted start", predicted(start, low, high, end)))
         if job["prediction_moved"]:
             lines.append(("moved", job["prediction_moved"]))
     width = max(len(k) for k, _ in lines)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in lines))
     print(f"\nhistory ({_clock_note(clock)}):")
     rows = [("TIME", "FROM", "TO", "CLUSTER", "NODE", "REASON")]
-    rows += [(show_time(h["at"], clock), *_placed(h)) for h in job["history"]]
+    rows += [(clock_time(parse_api_time(h["at"])), *_placed(h)) for h in job["history"]]
     print(_table(rows, indent="  "))
     for h in job["history"]:
         if h["log_tail"]:
-            print(f"\nlog tail of the run that ended {show_time(h['at'], clock)} ({h['reason'] or h['to']}):")
+            ended = clock_time(parse_api_time(h["at"]))
+            print(f"\nlog tail of the run that ended {ended} ({h['reason'] or h['to']}):")
             print("\n".join("  " + line for line in h["log_tail"].splitlines()))
     if manifest:
         print("\nmanifest:\n" + job["spec"]["manifest"].rstrip())

@@ -104,14 +104,16 @@ def _read(file: str) -> object:
 
 
 def _list(store: JobStore, as_json: bool) -> int:
-    """Print the set: name, state, when added, how many jobs are on it."""
+    """Print the set: name, state, kind, nodes and cards (`-` for a real cluster: its API lists them), how
+    many jobs are on it, when added."""
     rows = cluster_summary(store)
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'cluster':<20}{'state':<10}{'kind':<11}{'jobs on it':>10}  added")
+    print(f"{'cluster':<20}{'state':<10}{'kind':<11}{'nodes':>6}{'cards':>7}{'jobs on it':>11}  added")
     for r in rows:
-        added = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["added_at"]))
+        added = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(r["added_at"]))
         kind = "simulated" if r["simulated"] else "kubernetes"
-        print(f"{r['name']:<20}{r['state']:<10}{kind:<11}{r['jobs_on']:>10}  {added}")
+        nodes, cards = ("-" if r[k] is None else r[k] for k in ("nodes", "cards"))
+        print(f"{r['name']:<20}{r['state']:<10}{kind:<11}{nodes:>6}{cards:>7}{r['jobs_on']:>11}  {added}")
     return 0

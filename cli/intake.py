@@ -17,17 +17,18 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cli.tokens import tokens_file_argument, tokens_path
 from config.runtime import job_store, store_exists
 from cpn.auth import LOOPBACK_HOSTS, ApiSecurity, Authenticator, TokenFileError
+from cpn.decisions import NEVER, never_starts
 from cpn.intake import IntakeError, Reading, read_manifests
 from cpn.jobs import JobSpec, JobState
 from cpn.safe_yaml import DEFAULT_LIMITS
 from cpn.store import JobConflict, JobRecord, JobStore, StoreError, UnknownJob
+from cpn.times import between, clock_time, from_now, moment_now
 
 if TYPE_CHECKING:
     from cli.client import Client
@@ -282,10 +283,10 @@ def run_jobs(args: argparse.Namespace) -> int:
             str(r.spec.num_gpus),
             r.cluster or "-",
             r.node or "-",
-            _format_time(r.submitted_at),
-            _format_time(r.waiting.predicted_start)
-            if r.waiting is not None and r.waiting.predicted_start is not None
-            else "-",
+            clock_time(r.submitted_at),
+            "never"
+            if r.waiting and never_starts(r.waiting.code, r.waiting.detail)
+            else from_now(r.waiting.predicted_start if r.waiting is not None else None),
         )
         for r in records
     ]
@@ -365,7 +366,7 @@ def run_job(args: argparse.Namespace) -> int:
     rows = [("TIME", "FROM", "TO", "CLUSTER", "NODE", "REASON")]
     rows += [
         (
-            _format_time(t.time),
+            clock_time(t.time),
             t.from_state.value if t.from_state else "-",
             t.to_state.value,
             t.cluster or "-",
@@ -381,7 +382,7 @@ def run_job(args: argparse.Namespace) -> int:
 
         for t in tails:
             why = t.reason or t.to_state.value
-            print(f"\nlog tail of the run that ended {_format_time(t.time)} ({why}):")
+            print(f"\nlog tail of the run that ended {clock_time(t.time)} ({why}):")
             print("\n".join("  " + line for line in redact_text(t.log_tail).splitlines()))
     if args.manifest:
         print("\nmanifest:\n" + record.spec.manifest.rstrip())
@@ -424,18 +425,12 @@ def _remote(command: str, args: argparse.Namespace, call: Callable[[Client], int
         return _fail(command, str(exc), _EXIT_REFUSED)
 
 
-def _format_time(t: float) -> str:
-    """Store times for people: Unix times (wall clock) as UTC ISO 8601, simulated ones as seconds."""
-    if t >= 1e9:
-        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"{t:.1f}s"
-
-
-def predicted(start: str, low: str | None, high: str | None, end: str | None) -> str:
-    """A waiting job's predicted start for people, with what the forward look added to it (None: not
-    predicted; a service's end is never): `T (between L and H), ends E`."""
-    interval = f" (between {low} and {high})" if low is not None and high is not None else ""
-    return start + interval + (f", ends {end}" if end is not None else "")
+def predicted(start: float, low: float | None, high: float | None, end: float | None) -> str:
+    """A waiting job's predicted start for people (cpn.times), with what the forward look added to it
+    (None: not predicted; an empty interval is left out): `T (in N min; between L and H), ends E`."""
+    interval = between(low, high)
+    text = moment_now(start) + (f"; {interval}" if interval else "")
+    return text + (f", ends {moment_now(end)}" if end is not None else "")
 
 
 def _describe(record: JobRecord) -> str:
@@ -445,20 +440,22 @@ def _describe(record: JobRecord) -> str:
         ("cluster", record.cluster or "-"),
         ("node", record.node or "-"),
         ("gpus", ", ".join(f"{node}:{cards}" for node, cards in record.placement) or "-"),
-        ("accepted", _format_time(record.submitted_at)),
-        ("updated", _format_time(record.updated_at)),
+        ("accepted", moment_now(record.submitted_at)),
+        ("updated", moment_now(record.updated_at)),
         ("read", Reading.of(record.spec).summary()),
     ]
     if record.waiting is not None:
         waiting = record.waiting
         lines.append(("waiting", f"{waiting.code}: {waiting.detail}" if waiting.detail else waiting.code))
-        if waiting.predicted_start is not None:
-            low, high, end = (
-                None if t is None or t == math.inf else _format_time(t)
-                for t in (waiting.start_low, waiting.start_high, waiting.predicted_end)
-            )
+        if never_starts(waiting.code, waiting.detail):
+            lines.append(("predicted start", NEVER))
+        elif waiting.predicted_start is not None:
+            end = None if waiting.predicted_end == math.inf else waiting.predicted_end
             lines.append(
-                ("predicted start", predicted(_format_time(waiting.predicted_start), low, high, end))
+                (
+                    "predicted start",
+                    predicted(waiting.predicted_start, waiting.start_low, waiting.start_high, end),
+                )
             )
         if waiting.moved:
             lines.append(("moved", waiting.moved))

@@ -25,6 +25,7 @@ from cpn.engine.team_view import TeamBoard
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
 from cpn.inventory import nodes_from_config
 from cpn.policies.teams import quota_cards, teams_of
+from cpn.sim.driver import Timeline
 from cpn.store import StoreError
 
 log = logging.getLogger("cpn.run")
@@ -195,6 +196,12 @@ def _stand_by(service: Service, loop: LiveLoop) -> bool:
     return True
 
 
+def wall_of(timeline: Timeline) -> Callable[[float], float]:
+    """Simulated time -> the wall-clock time it falls on, by a live simulation's timeline (the web UI
+    shows both)."""
+    return lambda t: timeline.wall_anchor + (t - timeline.sim_anchor) / timeline.scale
+
+
 def run_service(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM; exit 2 on bad configuration or while another process schedules the store,
     1 if another process takes the store over meanwhile."""
@@ -224,12 +231,15 @@ def run_service(args: argparse.Namespace) -> int:
             after(result)  # then the inventory for the web UI's clusters page, on the loop's own thread
             transfers = service.scheduler.transfers
             capacity.record(
-                service.gateway.inventory(),
+                service.gateway.every_node(),
                 service.clock.now(),
                 load.latest if isinstance(load, MeasuredLoad) else None,
                 transfers.learned() if transfers is not None else None,
+                service.gateway.cordoned,
+                service.scheduler.queue.pending(),
             )
-            telemetry.after_round(result, capacity.view().counts, health)  # what /metrics serves
+            view = capacity.view()
+            telemetry.after_round(result, view.counts, health, view.cordoned)  # what /metrics serves
 
         loop = LiveLoop(service.scheduler, interval, simulation=service.driver, on_round=after_and_record)
         teams = service.scheduler.teams
@@ -260,6 +270,7 @@ def run_service(args: argparse.Namespace) -> int:
                     logs=service.gateway.logs,
                     estimates=service.scheduler.estimator,
                     teams=board,
+                    wall_of=None if service.driver is None else wall_of(service.driver.timeline),
                 ),
                 host=args.host,
                 port=args.port,

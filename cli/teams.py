@@ -9,7 +9,8 @@ from pathlib import Path
 
 from config.runtime import job_store
 from config.settings import DEMO_DIR, ClustersConfig, ConfigError, load_model
-from config.teams import TEAMS_FILE, load_teams, quota_warnings
+from config.teams import TEAMS_FILE, TeamsConfig, folder_teams, load_teams, quota_warnings
+from cpn.adapters.clusters import clusters_now
 from cpn.engine.team_view import TeamBoard
 from cpn.inventory import nodes_from_config
 from cpn.policies.teams import quota_cards, teams_of
@@ -27,7 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--config", default=str(DEMO_DIR), help="config folder with clusters.yaml (default: the demo)"
     )
-    p.add_argument("--teams", help="teams file (default: teams.yaml in --config)")
+    p.add_argument(
+        "--teams",
+        help="teams file (default: teams.yaml in --config; none: every namespace in the default team)",
+    )
     p.add_argument(
         "--store", help="job store: a file or a database URL (default: $CPN_STORE, else CPN_HOME's)"
     )
@@ -38,8 +42,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_teams(args: argparse.Namespace) -> int:
     """Print the teams' standing; exit 2 on a bad file."""
     try:
-        config = load_teams(args.teams or Path(args.config) / TEAMS_FILE)
-        nodes = nodes_from_config(load_model(Path(args.config) / "clusters.yaml", ClustersConfig))
+        if args.teams:
+            config = load_teams(args.teams)
+        elif (config := folder_teams(args.config)) is None:
+            print(
+                f"cpn teams: no {TEAMS_FILE} in {args.config}: every namespace is in the default team; give "
+                "--config the folder your service was started with (or --teams FILE) to see its teams",
+                file=sys.stderr,
+            )
+            config = TeamsConfig(teams=[])
+        configured = load_model(Path(args.config) / "clusters.yaml", ClustersConfig)
+        nodes = nodes_from_config(clusters_now(configured, job_store(args.store)))
     except ConfigError as exc:
         print(f"cpn teams: {exc}", file=sys.stderr)
         return 2

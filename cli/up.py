@@ -267,6 +267,25 @@ def ensure_admin_token(settings: RuntimeSettings) -> str:
     )
 
 
+def leftovers(prefect_url: str) -> list[str]:
+    """The flow runs a stopped `cpn up` left holding slots, cancelled (cli.leftover_runs); a Prefect API
+    that fails to answer is said and the start goes on (nothing is cancelled)."""
+    import httpx
+
+    from cli.leftover_runs import cancel_leftover_runs
+
+    try:
+        return cancel_leftover_runs(prefect_url)
+    except httpx.HTTPError as exc:
+        print(f"cpn up: could not look for flow runs a stopped cpn up left: {exc}", file=sys.stderr)
+        return []
+
+
+def ui_login(no_auth: bool, settings: RuntimeSettings) -> str:
+    """How to log in to the web UI, after its address: with the token in the client token file."""
+    return "" if no_auth else f" (log in with the token in {settings.client_token_path})"
+
+
 def run(args: argparse.Namespace) -> int:
     """Start everything, wait until Ctrl-C/SIGTERM or a service dies; exit 2 on a busy port, 1 on a
     service that failed."""
@@ -367,6 +386,13 @@ def run(args: argparse.Namespace) -> int:
             api = sup.start("cpn-run", run_argv, env=env, log_path=log("cpn-run"))
             sup.wait_ready(prefect, f"{prefect_url}/api/health", args.timeout)
             print(f"cpn up: Prefect server answers after {time.monotonic() - started:.1f} s", flush=True)
+            if left := leftovers(prefect_url):  # before the worker: none of them is ours
+                print(
+                    f"cpn up: cancelled {len(left)} flow run(s) a stopped cpn up left pending or running, "
+                    f"which held their deployments' concurrency slots: {', '.join(left[:5])}"
+                    + (" ..." if len(left) > 5 else ""),
+                    flush=True,
+                )
             # The worker creates its process pool; the deployments are applied once the pool exists.
             worker = sup.start(
                 "prefect-worker",
@@ -392,6 +418,7 @@ def run(args: argparse.Namespace) -> int:
                 f"  Prefect UI   {prefect_url}\n"
                 f"  MLflow UI    {mlflow_url}\n"
                 f"  cpn API      {api_url}\n"
+                f"  cpn web UI   {api_url}/ui{ui_login(args.no_auth, settings)}\n"
                 "Ctrl-C stops everything.",
                 flush=True,
             )

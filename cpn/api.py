@@ -69,7 +69,7 @@ from starlette.concurrency import run_in_threadpool
 from config.settings import ConfigError
 from cpn.adapters.clusters import cluster_summary, cluster_to_add
 from cpn.adapters.gateway import NoLog
-from cpn.auth import ANONYMOUS, ApiSecurity, Principal
+from cpn.auth import ANONYMOUS, ApiSecurity, Principal, hide_other_jobs
 from cpn.engine.team_view import TeamBoard
 from cpn.intake import IntakeError, Reading, read_manifests
 from cpn.jobs import JobSpec, JobState
@@ -188,6 +188,7 @@ def create_app(
         if cursor is not None and not (cursor.isdigit() and len(cursor) < 19):
             raise _BadRequest("cursor is not one this server gave; start again without it", status=422)
         principal = _principal(request)
+        hide = reader(store, principal)
         records, after = store.page(
             states=states or None,
             namespaces=None if principal.namespaces is None else sorted(principal.namespaces),
@@ -196,23 +197,25 @@ def create_app(
         )
         return {
             "clock": clock,
-            "jobs": [_summary(r, clock) for r in records],
+            "jobs": [_summary(r, clock, hide) for r in records],
             "next_cursor": None if after is None else str(after),
         }
 
     @app.get("/jobs/{namespace}/{name}")
     def get_job(request: Request, namespace: str, name: str) -> dict[str, Any]:
         """One job: spec, redacted manifest, state, placement and transition history."""
-        _authorize(_principal(request), [namespace], "read")
+        principal = _principal(request)
+        _authorize(principal, [namespace], "read")
         job_id = f"{namespace}/{name}"
         record = store.get(job_id)
+        hide = reader(store, principal)
         return {
-            **_summary(record, clock),
-            **_prediction(record, clock),
+            **_summary(record, clock, hide),
+            **_prediction(record, clock, hide),
             "clock": clock,
             "spec": _public_spec(record.spec),
             "read": dataclasses.asdict(Reading.of(record.spec)),
-            "history": [_transition(t, clock) for t in store.history(job_id)],
+            "history": [_transition(t, clock, hide) for t in store.history(job_id)],
         }
 
     @app.get("/jobs/{namespace}/{name}/logs")
@@ -343,6 +346,14 @@ def _submit(store: JobStore, text: str, principal: Principal) -> list[tuple[Subm
     _authorize(principal, [s.job_id.split("/", 1)[0] for s, _ in read], "write")
     outcomes = store.submit([s for s, _ in read])
     return list(zip(outcomes, [r for _, r in read], strict=True))
+
+
+def reader(store: JobStore, principal: Principal) -> Callable[[str], str]:
+    """How a text of the store reads for `principal`: the ids of jobs of namespaces it may not read
+    hidden (cpn.auth.hide_other_jobs); the API and the web UI pass every stored text through it."""
+    if principal.namespaces is None:
+        return str
+    return lambda text: hide_other_jobs(text, principal, lambda ids: store.specs(ids).keys())
 
 
 def _principal(request: Request) -> Principal:
@@ -489,7 +500,8 @@ class _Guard:
         log.warning("refused %s %s from %s: %s", scope["method"], clip(scope["path"], 100), client[0], reason)
         return (
             401,
-            f"{reason}; send Authorization: Bearer <token> (tokens are made with `cpn token create`)",
+            f"{reason}; send Authorization: Bearer <token> (tokens are made with `cpn token create`; "
+            "`cpn up` keeps an admin token in $CPN_HOME/token, ~/.cpn/token by default)",
             [(b"www-authenticate", b"Bearer")],
         )
 
@@ -574,7 +586,7 @@ def _at(t: float | None, clock: str) -> str | float | None:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _summary(record: JobRecord, clock: str) -> dict[str, Any]:
+def _summary(record: JobRecord, clock: str, hide: Callable[[str], str]) -> dict[str, Any]:
     spec = record.spec
     return {
         "job_id": record.job_id,
@@ -590,12 +602,12 @@ def _summary(record: JobRecord, clock: str) -> dict[str, Any]:
         "updated_at": _at(record.updated_at, clock),
         "waiting": None
         if record.waiting is None
-        else {"code": record.waiting.code, "detail": record.waiting.detail},
+        else {"code": record.waiting.code, "detail": hide(record.waiting.detail)},
         "predicted_start_at": _at(record.waiting.predicted_start if record.waiting else None, clock),
     }
 
 
-def _prediction(record: JobRecord, clock: str) -> dict[str, Any]:
+def _prediction(record: JobRecord, clock: str, hide: Callable[[str], str]) -> dict[str, Any]:
     """A waiting job's forward look beyond its start (cpn.engine.forecast), null where none was made: the
     interval its start may fall in, its end (null too for a service, which never ends) and why its start
     last moved (null: it has not)."""
@@ -605,7 +617,7 @@ def _prediction(record: JobRecord, clock: str) -> dict[str, Any]:
         "predicted_start_low_at": _at(w.start_low if w else None, clock),
         "predicted_start_high_at": _at(w.start_high if w else None, clock),
         "predicted_end_at": _at(end, clock),
-        "prediction_moved": (w.moved if w else "") or None,
+        "prediction_moved": hide(w.moved if w else "") or None,
     }
 
 
@@ -647,12 +659,12 @@ def redact_text(text: str) -> str:
     return _SECRET_IN_TEXT.sub(lambda m: (m.group("key") or m.group("scheme")) + REDACTED, text)
 
 
-def _transition(t: Transition, clock: str) -> dict[str, Any]:
+def _transition(t: Transition, clock: str, hide: Callable[[str], str]) -> dict[str, Any]:
     return {
         "from": t.from_state.value if t.from_state else None,
         "to": t.to_state.value,
         "at": _at(t.time, clock),
-        "reason": t.reason,
+        "reason": hide(t.reason),
         "cluster": t.cluster,
         "node": t.node,
         "log_tail": redact_text(t.log_tail),

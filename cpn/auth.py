@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +60,30 @@ class Principal:
     def may(self, namespace: str) -> bool:
         """Whether this caller may read and write jobs of `namespace`."""
         return self.namespaces is None or namespace in self.namespaces
+
+
+HIDDEN_JOB = "a job of another namespace"
+"""What another namespace's job id reads as in a text shown to a namespace token (docs/security.md)."""
+_JOB_ID_IN_TEXT = re.compile(
+    r"(?<![\w./-])([a-z0-9](?:[a-z0-9-]*[a-z0-9])?)/([a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)(?![\w/-])"
+)
+"""A word shaped like a job id, `namespace/name` (DNS-1123 both); `cluster/node` has the same shape."""
+
+
+def hide_other_jobs(text: str, principal: Principal, jobs: Callable[[list[str]], Collection[str]]) -> str:
+    """`text` with every id of a job `principal` may not read replaced by HIDDEN_JOB.
+
+    The store keeps one text per job (a waiting reason, why a prediction moved, a transition's reason)
+    that may name other jobs ("preempted for vision/train-3"); a namespace token must not learn those ids.
+    `jobs` says which of some `namespace/name` words are job ids (the store's), so that a
+    `cluster/node` in the same text stays as it is."""
+    if principal.namespaces is None or "/" not in text:
+        return text
+    foreign = {m.group(0) for m in _JOB_ID_IN_TEXT.finditer(text) if m.group(1) not in principal.namespaces}
+    hidden = set(jobs(sorted(foreign))) if foreign else set()
+    if not hidden:
+        return text
+    return _JOB_ID_IN_TEXT.sub(lambda m: HIDDEN_JOB if m.group(0) in hidden else m.group(0), text)
 
 
 ANONYMOUS = Principal("anonymous (no authentication)", None)

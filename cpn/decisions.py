@@ -259,12 +259,18 @@ WaitCode = Literal[
 - `refused`: the policy placed it, but the cluster refused the submission for now (the detail says why);
   it is planned again next round;
 - `over-quota`: its team is at its quota (cpn.policies.teams) and may borrow no more cards (a hard limit,
-  or its borrowing limit reached);
+  or its borrowing limit reached); or its team's limits never let it hold the cards it needs, whatever
+  runs (the detail ends with NEVER: no start is predicted);
 - `reclaiming`: its team is below its quota and the policy preempts cards another team borrowed for it
   (cpn.policies.preemption); the detail names the victims and when their cards free;
 - `pending-benchmark`: the free cards it may use are of a GPU type with no benchmark scores yet (the
   detail names it), so no runtime estimate until the benchmark loop measures it (Estimate.pending_benchmark).
 """
+
+
+NEVER = "never, unless the quota changes"
+"""How an `over-quota` detail ends, and what people are shown in place of a predicted start, for a job its
+team's limits never let start (`never_starts`)."""
 
 
 @dataclass(frozen=True)
@@ -340,3 +346,9 @@ class Decision:
     preemptions: tuple[Preemption, ...] = ()
     """Running jobs to stop to reclaim cards (a policy set with `preemption=true`); the scheduler carries
     them out before it records the placements."""
+
+
+def never_starts(code: str, detail: str) -> bool:
+    """Whether a waiting reason (code and detail) says the job never starts under its team's limits
+    (`over-quota` ending in NEVER): pages and the CLI show NEVER where a predicted start would be."""
+    return code == "over-quota" and detail.endswith(NEVER)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -28,6 +28,8 @@ from cpn.engine.scheduler import RoundResult, Scheduler
 from cpn.jobs import JobSpec, JobState
 from cpn.store import JobStore
 
+CARD_STATES = ("free", "used", "unusable", "cordoned", "pool")
+"""The `status` of `cpn_gpus`: what each card of a cluster and GPU type is (cpn.ui.capacity.CardCounts)."""
 HEALTH_STATES = ("ok", "degraded", "unknown")
 """A cluster's metrics health (cpn.adapters.metrics.ClusterHealth), one 0/1 series each."""
 STAGE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -59,6 +61,8 @@ class Cards(Protocol):
     free: int
     used: int
     unusable: int
+    cordoned: int
+    pool: int
 
 
 class Telemetry(Collector):
@@ -77,6 +81,7 @@ class Telemetry(Collector):
         self._lock = threading.Lock()
         self._cards: tuple[Cards, ...] = ()
         self._health: dict[str, str] = {}
+        self._cordoned: frozenset[str] = frozenset()
         self._cursor, _ = store.changes_since(0)
         self.stage_seconds = Histogram(
             "cpn_round_stage_duration_seconds",
@@ -128,17 +133,23 @@ class Telemetry(Collector):
         self.registry.register(self)
 
     def after_round(
-        self, result: RoundResult, cards: Iterable[Cards], health: Mapping[str, str] | None = None
+        self,
+        result: RoundResult,
+        cards: Iterable[Cards],
+        health: Mapping[str, str] | None = None,
+        cordoned: Collection[str] = (),
     ) -> None:
-        """Publish what a round learned: its stages' durations, the inventory's cards, each cluster's
-        metrics health (None: clusters have no metrics source), and the jobs that started since the last
-        round. Called on the loop's thread, after the round."""
+        """Publish what a round learned: its stages' durations, the inventory's cards (cordoned clusters'
+        included), each cluster's metrics health (None: clusters have no metrics source), the cordoned
+        clusters, and the jobs that started since the last round. Called on the loop's thread, after the
+        round."""
         for stage, seconds in result.stage_s:
             self.stage_seconds.labels(stage).observe(seconds)
         self.rounds.inc()
         with self._lock:
             self._cards = tuple(cards)
             self._health = dict(health or {})
+            self._cordoned = frozenset(cordoned)
         self._observe_starts()
 
     def _observe_starts(self) -> None:
@@ -168,17 +179,26 @@ class Telemetry(Collector):
             jobs.add_metric([state.value, namespace, reason], n)
         yield jobs
         with self._lock:
-            cards, health = self._cards, self._health
+            cards, health, cordoned = self._cards, self._health, self._cordoned
         gpus = GaugeMetricFamily(
             "cpn_gpus",
-            "Cards per cluster and GPU type as the latest round's inventory says: free, used, and "
-            "unusable (free on a node whose CPU is used up).",
+            "Cards per cluster and GPU type as the latest round's inventory says: free, used, unusable "
+            "(free, but the node's CPU room serves no queued job), cordoned (free on a cordoned cluster) and "
+            "pool (free on a node whose pool or taints admit no queued job).",
             labels=["cluster", "gpu_type", "status"],
         )
         for c in cards:
-            for status in ("free", "used", "unusable"):
+            for status in CARD_STATES:
                 gpus.add_metric([c.cluster, c.gpu_type, status], getattr(c, status))
         yield gpus
+        fenced = GaugeMetricFamily(
+            "cpn_cluster_cordoned",
+            "1 for a cluster cordoned (no new jobs; its running jobs go on), 0 for one that takes jobs.",
+            labels=["cluster"],
+        )
+        for cluster in sorted({c.cluster for c in cards} | cordoned):
+            fenced.add_metric([cluster], float(cluster in cordoned))
+        yield fenced
         healthy = GaugeMetricFamily(
             "cpn_cluster_metrics_health",
             "1 for each cluster's metrics health now (ok, degraded: some series "

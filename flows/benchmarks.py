@@ -10,8 +10,9 @@ from prefect import flow, get_run_logger
 
 from config.benchmarking import load_benchmarking, store_paths
 from config.benchmarks import BENCHMARKS_YAML
-from config.runtime import runtime_settings
+from config.runtime import job_store, runtime_settings
 from config.settings import load_profile
+from cpn.adapters.clusters import clusters_now
 from cpn.bootstrap import build_benchmark_clusters
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from flows.retrain import retrain
@@ -62,19 +63,22 @@ def benchmark_nodes(
     tracking_uri: str | None = None,
     dry_run: bool = False,
     training_table: str | None = None,
+    store: str | None = None,
 ) -> dict:
-    """Benchmark every node of an unmeasured GPU type (docs/predictor.md): plan, run the jobs where cards are
-    idle, ingest the scores into the benchmarks store, record failures, log the round in MLflow and, when
-    scores changed, retrain the predictor. `config_dir` (default CPN_CONFIG, else the demo's) holds
-    clusters.yaml and the optional benchmarking.yaml; `throughputs` is the simulated clusters' truth (default
-    Gavel's table), `training_table` the predictor's (default: `throughputs`; another where the simulated
-    world has card types no measured table has). A dry run prints the plan and stops."""
+    """Benchmark every node of an unmeasured GPU type (docs/predictor.md): plan, run the jobs where cards
+    are idle, ingest the scores into the benchmarks store, record failures, log the round in MLflow and,
+    when scores changed, retrain the predictor. `config_dir` (default CPN_CONFIG, else the demo's) holds
+    clusters.yaml and the optional benchmarking.yaml; `throughputs` is the simulated clusters' truth
+    (default Gavel's table), `training_table` the predictor's (default: `throughputs`; another where the
+    simulated world has card types no measured table has). The clusters are the job store's cluster set (`store`,
+    default this cpn home's: one added while cpn runs is benchmarked as soon as it joins), the config's
+    where no service has run on it. A dry run prints the plan and stops."""
     logger = get_run_logger()
     folder = config_dir or str(runtime_settings().config_dir)
     profile, settings = load_profile(folder), load_benchmarking(folder)
     base, out, failures = store_paths(settings)
     table = ThroughputTable.load(throughputs or GAVEL_ISOLATED)
-    clusters = build_benchmark_clusters(profile.clusters, table)
+    clusters = build_benchmark_clusters(clusters_now(profile.clusters, job_store(store)), table)
     try:
         plan = plan_benchmark_nodes(clusters, str(base), settings, str(failures))
         for line in plan.lines():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from prefect import flow, get_run_logger
+from prefect.states import Completed, State
 
 from config.runtime import job_store, runtime_settings, store_exists
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
@@ -31,9 +32,10 @@ def retrain(
     every_completions: int = 50,
     every_s: float = 86_400.0,
     force: bool = False,
-) -> list[dict]:
+) -> list[dict] | State:
     """Retrain the runtime predictor when due (or `force`); the `champion` alias moves only if the new
-    model is better. Returns one entry per estimator trained (none when not due).
+    model is better. Returns one entry per estimator trained; when not due, none, in a `Skipped` state
+    (of type Completed) whose message says why.
 
     `store`, `benchmarks` and `tracking_uri` default to this cpn home's ($CPN_HOME): its job store, its
     ingested benchmarks (else the shipped ones) and its MLflow store; `config_dir` to CPN_CONFIG (as
@@ -59,7 +61,8 @@ def retrain(
     due, why = schedule.decide(last, [r.finished_at for r in runs], time.time())
     if not (due or force):
         logger.info("not retraining: %s", why)
-        return []
+        # A state that says so on the run's page (a plain Completed reads as work done); its result is [].
+        return Completed(name="Skipped", message=f"not retraining: {why}", data=[])
     logger.info(
         "retraining (%s) on the throughput table plus %d completed jobs",
         "forced" if force else why,

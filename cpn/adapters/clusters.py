@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from config.runtime import store_exists
 from config.settings import Cluster, ClustersConfig, ConfigError, format_validation_error
 from cpn.adapters.gateway import ClusterGateway, JobEvent, NoLog, SubmitRejected
 from cpn.decisions import Placement
-from cpn.inventory import NodeState
+from cpn.inventory import NodeState, nodes_from_config
 from cpn.jobs import ON_CLUSTER, IllegalTransition, JobSpec, JobState
 from cpn.store import ClusterRow, JobStore, UnknownJob
 from cpn.transfer import TransferTimes
@@ -80,11 +82,16 @@ class ClusterSet:
     def inventory(self) -> tuple[NodeState, ...]:
         """Every node jobs may be placed on: of every cluster in the set but the cordoned ones (a gateway's
         nodes of other clusters left out)."""
+        return tuple(s for s in self.every_node() if s.node.cluster not in self.cordoned)
+
+    def every_node(self) -> tuple[NodeState, ...]:
+        """Every node of every cluster in the set, the cordoned ones' too: what people see (the web UI,
+        /metrics), where a cordoned cluster's running jobs and cards must not vanish."""
         return tuple(
             state
             for gateway in self._distinct
             for state in gateway.inventory()
-            if state.node.cluster in self._by_cluster and state.node.cluster not in self.cordoned
+            if state.node.cluster in self._by_cluster
         )
 
     def submit(self, job: JobSpec, placement: Placement) -> None:
@@ -147,6 +154,18 @@ def stored_clusters(store: JobStore, config: ClustersConfig) -> list[ClusterRow]
     return rows or [ClusterRow(name, spec, "active", 0.0) for name, spec in cluster_specs(config)]
 
 
+def clusters_now(configured: ClustersConfig, store_target: Path | str) -> ClustersConfig:
+    """The clusters a service on the job store `store_target` places on now: the store's cluster set
+    (clusters added with `cpn cluster add` included; cordoned and removed ones left out) over
+    `configured`'s label domain and GPU aliases; `configured` where no service has kept a set there yet.
+    What the benchmark loop measures, so that a cluster that joins at run time is benchmarked."""
+    if not store_exists(store_target):
+        return configured
+    with JobStore(store_target, read_only=True) as store:
+        rows = [r for r in store.clusters() if r.state == "active"]
+    return stored_config(configured, rows) if rows else configured
+
+
 def stored_config(base: ClustersConfig, rows: Sequence[ClusterRow]) -> ClustersConfig:
     """`base` (its label domain and GPU aliases) over the stored clusters `rows` and their WAN links."""
     names = {row.name for row in rows}
@@ -194,17 +213,26 @@ def cluster_to_add(rows: Sequence[ClusterRow], data: Any) -> tuple[str, dict[str
 
 def cluster_summary(store: JobStore) -> list[dict[str, Any]]:
     """The stored cluster set for people (`cpn cluster list`, `GET /clusters`): each cluster's name, state,
-    whether it is simulated, when it was added (unix time) and how many jobs are on it."""
-    return [
-        {
-            "name": row.name,
-            "state": row.state,
-            "simulated": not row.spec.get("kube_context"),
-            "added_at": row.added_at,
-            "jobs_on": len(store.jobs_on(row.name)),
-        }
-        for row in store.clusters()
-    ]
+    whether it is simulated, its nodes and cards as its node groups list them (None for a real cluster,
+    whose nodes its Kubernetes API lists), when it was added (unix time) and how many jobs are on it."""
+    out = []
+    for row in store.clusters():
+        simulated = not row.spec.get("kube_context")
+        nodes = (
+            nodes_from_config(stored_config(ClustersConfig.model_construct(), [row])) if simulated else None
+        )
+        out.append(
+            {
+                "name": row.name,
+                "state": row.state,
+                "simulated": simulated,
+                "nodes": None if nodes is None else len(nodes),
+                "cards": None if nodes is None else sum(n.gpu_count for n in nodes),
+                "added_at": row.added_at,
+                "jobs_on": len(store.jobs_on(row.name)),
+            }
+        )
+    return out
 
 
 class ClusterBook:

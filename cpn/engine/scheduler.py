@@ -65,6 +65,7 @@ from cpn.policies.base import Policy, looked_forward_with
 from cpn.policies.placement import hold_cards
 from cpn.rules import EXCLUSIVE_REASON, is_sharing
 from cpn.store import JobStore, LeaseLost, UnknownJob
+from cpn.times import stamp
 from cpn.transfer import TransferTimes
 
 log = logging.getLogger(__name__)
@@ -478,7 +479,7 @@ class Scheduler:
             cancelled += self._move(
                 request.job_id,
                 JobState.CANCELLED,
-                reason=f"cancelled by {request.requested_by} (asked at {request.requested_at:.0f})",
+                reason=f"cancelled by {request.requested_by} (asked at {stamp(request.requested_at)})",
             )
         return cancelled
 

@@ -196,8 +196,10 @@ class MilpPolicy:
             first,
             ends,
         )
-        placements, over = FairQueue(snapshot, ()).limit(placements)  # teams' borrowing limits
-        waiting += over
+        fair = FairQueue(snapshot, ())
+        placements, over = fair.limit(placements)  # teams' borrowing limits
+        specs = {job.job_id: job for job in snapshot.pending}
+        waiting = [(fair.never(specs[w.job_id]) if w.job_id in specs else None) or w for w in waiting] + over
         if snapshot.explain:  # jobs left out of the model: no runtime until a benchmark runs
             gone = {r.job_id for r in rejections}
             explainer = WaitingExplainer(capacity)

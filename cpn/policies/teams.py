@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from config.teams import DEFAULT_TEAM, TeamsConfig
-from cpn.decisions import Placement, RunningJob, Snapshot, Team, Teams, Waiting
+from cpn.decisions import NEVER, Placement, RunningJob, Snapshot, Team, Teams, Waiting
 from cpn.gpus import canonical_gpu
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
 from cpn.policies.placement import Option
 from cpn.policies.waiting import WaitingExplainer
+from cpn.rules import is_sharing, kind_admits
 
 CardClass = tuple[str, str, str]
 """(GPU product label, canonical GPU type, pool) of a card: what quota keys match."""
@@ -168,6 +169,10 @@ class FairQueue:
         """job_id -> why its team may not take the options it had."""
         self._queues: dict[str, deque[JobSpec]] = {}
         self._single: Iterator[JobSpec] | None = None
+        self._classes: dict[str, set[CardClass]] = {}
+        """Job kind -> the card classes of the nodes that admit it."""
+        self._never: dict[tuple[str, str, int], str | None] = {}
+        """(team, kind, cards) -> `never`'s detail (None: it may start some day)."""
 
     def __iter__(self) -> Iterator[JobSpec]:
         if self.ledger is None:
@@ -255,6 +260,8 @@ class FairQueue:
         cards at all), else what the explainer says (`kw` as WaitingExplainer.explain takes)."""
         if self.ledger is not None:
             use = self.ledger.team(job)
+            if (never := self.never(job)) is not None:
+                return never
             detail = self.refused.get(job.job_id)
             if detail is None and use.team.borrowing_limit is not None and not use.below_quota():
                 if use.borrowed() >= use.team.borrowing_limit:
@@ -263,13 +270,48 @@ class FairQueue:
                 return Waiting(job.job_id, "over-quota", detail)
         return explainer.explain(job, **kw)
 
+    def never(self, job: JobSpec) -> Waiting | None:
+        """`over-quota` for a job its team's limits never let start, whatever else runs: on no class of
+        cards its kind may use could the team, holding nothing, take its whole cards within its borrowing
+        limit (the detail ends with NEVER); None when it could somewhere, or without teams, for a team with
+        no borrowing limit and for a job that shares a card."""
+        if self.ledger is None or is_sharing(job):
+            return None
+        use = self.ledger.team(job)
+        if use.team.borrowing_limit is None:
+            return None
+        key = (use.team.name, job.kind, job.num_gpus)
+        if key not in self._never:
+            classes = self._classes.get(job.kind)
+            if classes is None:
+                nodes = self.snapshot.nodes
+                classes = self._classes[job.kind] = {
+                    card_class(s.node) for s in nodes if kind_admits(s.node, job.kind)
+                }
+            empty = TeamUse(use.team, use.quota)
+            detail = None
+            if classes and not any(empty.may_take(Counter({cls: job.num_gpus})) for cls in classes):
+                quota, how = _limits(use)
+                detail = (
+                    f"team {use.team.name} may never hold the {job.num_gpus} cards it needs, whatever else "
+                    f"runs (quota {quota}; {how}): {NEVER}"
+                )
+            self._never[key] = detail
+        detail = self._never[key]
+        return None if detail is None else Waiting(job.job_id, "over-quota", detail)
+
 
 def over_quota(use: TeamUse) -> str:
     """The detail of an `over-quota` wait."""
+    quota, how = _limits(use)
+    return f"team {use.team.name} is at its quota ({quota}) and may borrow no more ({how})"
+
+
+def _limits(use: TeamUse) -> tuple[str, str]:
+    """A team's quota and borrowing limit in words: (`k80=4`, `a hard limit`)."""
     limit = use.team.borrowing_limit
     quota = ", ".join(f"{k}={v}" for k, v in sorted(use.quota.items())) or "none"
-    how = "a hard limit" if limit == 0 else f"borrowing limit {limit} cards"
-    return f"team {use.team.name} is at its quota ({quota}) and may borrow no more ({how})"
+    return quota, "a hard limit" if limit == 0 else f"borrowing limit {limit} cards"
 
 
 def teams_of(config: TeamsConfig) -> Teams:

@@ -99,13 +99,11 @@ class WaitingExplainer:
         if not pinned:
             return _pinned_out(job, [s for g in admitted for s in _free_slots(g, job)])
         typed = list(pinned) if types is None else [g for g in pinned if g.gpu_type in types]
+        awaited = sorted({g.gpu_type for g in pinned} - {g.gpu_type for g in typed} & pending)
         if not typed:
             free_types = ", ".join(sorted({g.gpu_type for g in pinned}))
-            if awaited := sorted({g.gpu_type for g in pinned} & pending):
-                return "pending-benchmark", (
-                    f"free: {free_types}; GPU type {', '.join(awaited)} has no benchmark scores yet: no "
-                    "runtime estimate there until its benchmark has run"
-                )
+            if awaited:
+                return "pending-benchmark", _awaits(awaited, f"free: {free_types}")
             if has_any:
                 return "no-gpu-type", f"free: {free_types}; it has no runtime estimate for these types"
             return "no-estimate", f"no runtime estimate for the free GPU types ({free_types})"
@@ -116,17 +114,31 @@ class WaitingExplainer:
             if slots:
                 roomy.append((g, slots))
         if not roomy:
-            return "memory", "the free cards it may use have less"
-        if self.capacity.fit(job, types).options:
+            code, detail = "memory", "the free cards it may use have less"
+        elif self.capacity.fit(job, types).options:
             return "queue-order", "it could start, but the policy started other jobs first"
-        n = 1 if sharing else job.num_gpus
-        if not any(_cards_fit(g, slots, job, n) for g, slots in roomy):
-            most = max(max((s.free for s in slots), default=0) for _, slots in roomy)
-            return "gang", f"needs {n} cards together; at most {most} free together on a node it may use"
-        return (
-            "cpu-threshold",
-            f"the nodes with free cards would go over the CPU threshold with {job.cpu:g} cores",
-        )
+        else:
+            n = 1 if sharing else job.num_gpus
+            if not any(_cards_fit(g, slots, job, n) for g, slots in roomy):
+                most = max(max((s.free for s in slots), default=0) for _, slots in roomy)
+                code = "gang"
+                detail = f"needs {n} cards together; at most {most} free together on a node it may use"
+            else:
+                code = "cpu-threshold"
+                detail = f"the nodes with free cards would go over the CPU threshold with {job.cpu:g} cores"
+        if awaited:  # what holds it up is the unscored type's benchmark, not what the scored types lack
+            return "pending-benchmark", _awaits(
+                awaited, f"on the scored GPU types it would wait on {code} ({detail})"
+            )
+        return code, detail
+
+
+def _awaits(types: list[str], context: str) -> str:
+    """The detail of `pending-benchmark`: the GPU types whose benchmark it waits for, after `context`."""
+    return (
+        f"{context}; GPU type {', '.join(types)} has no benchmark scores yet: "
+        "no runtime estimate there until its benchmark has run"
+    )
 
 
 def _pinned_out(job: JobSpec, slots: list[Room]) -> tuple[WaitCode, str]:

@@ -8,7 +8,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import replace
 
-from config.settings import ClustersConfig
+from config.settings import DEFAULT_CPU_THRESHOLD, ClustersConfig
 from cpn.formats.manifests import slug, to_manifest
 from cpn.formats.throughput import ThroughputTable
 from cpn.intake import parse_manifests
@@ -23,6 +23,12 @@ RUNTIME_RANGE_S = (300.0, 4 * 3600.0)
 
 OVERSIZE_SHARE = 0.15
 """Share of generated jobs drawn from configurations too big for the smallest card in the clusters."""
+
+CPU_SHARE_RANGE = (0.25, 1.0)
+"""A generated job asks, per GPU, this share (one of seven even steps) of the CPU a card's share of the
+tightest node allows under the default CPU threshold: real jobs ask CPU per GPU (data loaders), and a
+queue asking more than the nodes give per card leaves cards idle behind the threshold whatever the policy.
+"""
 
 
 def _round_up(x: float, step: float = 0.1) -> float:
@@ -45,8 +51,9 @@ def generate_queue(
     GPU_COUNT_WEIGHTS, and `total_steps` gives a run time in RUNTIME_RANGE_S on the reference GPU.
     About `oversize_share` of the jobs come from configurations whose modelled memory exceeds the
     smallest card in `clusters` but fits the largest, so that memory-blind placement meets OOM kills.
-    Each job declares its modelled memory (`gpu_mem_gb`), 2-8 CPU cores, a source cluster, and its
-    model's image. Arrivals are uniform over `arrival_window_s` (all at 0 when it is 0).
+    Each job declares its modelled memory (`gpu_mem_gb`), CPU cores per GPU within what every node gives
+    a card under the default CPU threshold (`cpu_per_card`, CPU_SHARE_RANGE of it), a source cluster, and
+    its model's image. Arrivals are uniform over `arrival_window_s` (all at 0 when it is 0).
     """
     if reference_gpu not in table.gpu_types():
         raise ValueError(f"reference GPU {reference_gpu!r} not in the table; it has {table.gpu_types()}")
@@ -69,6 +76,7 @@ def generate_queue(
         for m in sorted({cfg[0] for cfg in measured})
     }
     names = [c.name for c in clusters.clusters]
+    per_card = cpu_per_card(clusters)
     lo, hi = (math.log(x) for x in RUNTIME_RANGE_S)
     drawn = []
     for _ in range(n):
@@ -87,7 +95,7 @@ def generate_queue(
                 epochs=rng.randint(1, 100),
                 data_size_gb=round(rng.uniform(1.0, 50.0), 1),
                 gpu_mem_gb=_round_up(gpu_memory_gb(model, batch, count)),
-                cpu=float(rng.randint(2, 8)),
+                cpu=_cpu(count, per_card, rng.randint(2, 8)),
                 image=image,
                 image_size_gb=image_size,
                 source_cluster=rng.choice(names),
@@ -97,6 +105,25 @@ def generate_queue(
     drawn.sort(key=lambda d: d["arrival_s"])
     width = max(4, len(str(n - 1)))
     return [JobSpec(job_id=f"default/job-{i:0{width}d}", **d) for i, d in enumerate(drawn)]
+
+
+def cpu_per_card(clusters: ClustersConfig, threshold: float = DEFAULT_CPU_THRESHOLD) -> float | None:
+    """CPU cores a card's share of the tightest node (fewest cores per card) allows under `threshold`:
+    the most a generated job asks per GPU, so that every node can fill every card; None when the config
+    lists no node (real clusters only: their nodes come from their API)."""
+    ratios = [g.cpu_cores / g.gpus_per_node for c in clusters.clusters for g in c.node_groups]
+    return threshold * min(ratios) if ratios else None
+
+
+def _cpu(gpus: int, per_card: float | None, step: int) -> float:
+    """The cores a job of `gpus` GPUs asks for a draw `step` in 2..8: a share of `per_card` per GPU from
+    CPU_SHARE_RANGE's low end (2) to its high end (8), rounded down to 0.1 core, at least 0.1; with no
+    `per_card` known, `step` cores."""
+    if per_card is None:
+        return float(step)
+    low, high = CPU_SHARE_RANGE
+    share = low + (high - low) * (step - 2) / 6
+    return max(0.1, math.floor(gpus * per_card * share * 10 + 1e-9) / 10)
 
 
 def generate_manifests(

@@ -9,14 +9,17 @@ the running service.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cpn.admission import Room
 from cpn.inventory import NodeState
+from cpn.jobs import JobSpec
+from cpn.rules import gang_cpu, kind_admits
 
 if TYPE_CHECKING:
     from cpn.adapters.metrics import ClusterMetrics
@@ -32,16 +35,21 @@ class CardCounts:
     cluster: str
     gpu_type: str
     free: int
-    """Cards no job holds, on nodes with CPU room for a job."""
+    """Cards no job holds that a queued job could use (CPU and pool allowing)."""
     used: int
     """Cards jobs hold (whole, or shared)."""
     unusable: int
-    """Free cards on nodes whose CPU is used up to the scheduler's CPU threshold: no job can start there."""
+    """Free cards the node's CPU cannot serve: what its running jobs leave under the scheduler's CPU
+    threshold is less than any queued job asks per card (with no queue: nothing is left)."""
+    cordoned: int = 0
+    """Free cards of a cordoned cluster: no new job goes there (its running jobs' cards are `used`)."""
+    pool: int = 0
+    """Free cards on nodes whose pool or taints admit no queued job's kind (with no queue: none)."""
 
     @property
     def total(self) -> int:
         """Every card."""
-        return self.free + self.used + self.unusable
+        return self.free + self.used + self.unusable + self.cordoned + self.pool
 
 
 @dataclass(frozen=True)
@@ -83,20 +91,63 @@ class CapacityView:
     """(source, destination, Gbit/s) learnt from measured image copies (cpn.transfer.TransferTimes)."""
     runs: tuple[Run, ...] = ()
     """Jobs seen on each cluster within the history window, by cluster and start."""
+    cordoned: frozenset[str] = frozenset()
+    """Clusters that take no new jobs (`cpn cluster cordon`); their nodes, jobs and cards are still shown."""
 
 
-def count_cards(states: Iterable[NodeState], cpu_threshold: float) -> tuple[CardCounts, ...]:
-    """Free, used and unusable cards per (cluster, GPU type), in name order."""
+def count_cards(
+    states: Iterable[NodeState],
+    cpu_threshold: float,
+    cordoned: Collection[str] = (),
+    queued: Sequence[JobSpec] = (),
+) -> tuple[CardCounts, ...]:
+    """Free, used and unusable cards per (cluster, GPU type), in name order, counted node by node against
+    the `queued` jobs: a free card of a cluster in `cordoned` is cordoned; else on a node whose pool or
+    taints admit none of their kinds, `pool`; else one the node's CPU room under the threshold cannot
+    serve, `unusable`: of the queued jobs whose cards fit in the node's free cards, the one asking least
+    CPU per card sets how many cards the room serves (a node where no queued job's cards fit keeps its
+    cards free: they wait on gangs, not on CPU). With no queue, a node's free cards are unusable only
+    when its CPU is used up."""
+    kinds = {job.kind for job in queued}
+    least = _least_cpu_per_card(queued)
     totals: dict[tuple[str, str], list[int]] = {}
     for state in states:
+        free, node = state.free_gpus, state.node
+        counts = totals.setdefault((node.cluster, node.gpu_type), [0, 0, 0, 0, 0])
+        counts[1] += node.gpu_count - free
+        if node.cluster in cordoned:
+            counts[3] += free
+            continue
+        if kinds and not any(kind_admits(node, kind) for kind in kinds):
+            counts[4] += free
+            continue
         room = Room.of(state, cpu_threshold)
-        free = state.free_gpus
-        blocked = free if room.cpu_used >= room.cpu_cap else 0
-        counts = totals.setdefault((state.node.cluster, state.node.gpu_type), [0, 0, 0])
-        counts[0] += free - blocked
-        counts[1] += state.node.gpu_count - free
-        counts[2] += blocked
+        left = room.cpu_cap - room.cpu_used
+        per_card = least[min(free, len(least) - 1)] if least else 0.0
+        if per_card == math.inf or free == 0:
+            served = free
+        elif per_card <= 0:
+            served = free if left > 0 else 0
+        else:
+            served = min(free, max(0, math.floor(left / per_card + 1e-9)))
+        counts[0] += served
+        counts[2] += free - served
     return tuple(CardCounts(c, g, *n) for (c, g), n in sorted(totals.items()))
+
+
+def _least_cpu_per_card(queued: Sequence[JobSpec]) -> list[float]:
+    """[k] -> the least CPU per card a queued job of at most k cards asks (inf: none that small); empty
+    without a queue."""
+    if not queued:
+        return []
+    widest = max(job.num_gpus for job in queued)
+    least = [math.inf] * (widest + 1)
+    for job in queued:
+        if job.num_gpus:
+            least[job.num_gpus] = min(least[job.num_gpus], gang_cpu(job, 1))
+    for k in range(1, widest + 1):
+        least[k] = min(least[k], least[k - 1])
+    return least
 
 
 class Capacity:
@@ -116,10 +167,14 @@ class Capacity:
         now: float,
         metrics: Mapping[str, ClusterMetrics] | None = None,
         bandwidth: Mapping[tuple[str, str], float] | None = None,
+        cordoned: Collection[str] = (),
+        queued: Sequence[JobSpec] = (),
     ) -> None:
         """Take a new inventory, seen at `now` (store clock), with the metrics the round read (None: the
-        service reads none) and the learnt WAN bandwidth per (source, destination) pair."""
-        counts = count_cards(states, self.cpu_threshold)
+        service reads none), the learnt WAN bandwidth per (source, destination) pair, the cordoned
+        clusters (`states` has their nodes too: ClusterSet.every_node) and the queued jobs, which the free
+        cards are counted against (count_cards)."""
+        counts = count_cards(states, self.cpu_threshold, cordoned, queued)
         on_now = {(s.node.cluster, job) for s in states for job in s.running}
         per_cluster: dict[str, list[int]] = {}
         for c in counts:
@@ -148,6 +203,7 @@ class Capacity:
                 health,
                 tuple((src, dst, gbps) for (src, dst), gbps in sorted((bandwidth or {}).items())),
                 runs,
+                frozenset(cordoned),
             )
 
     def view(self) -> CapacityView:

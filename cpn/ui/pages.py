@@ -22,23 +22,23 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, get_args
 from urllib.parse import parse_qs, urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader, pass_context, select_autoescape
 
 from cpn.adapters.gateway import NoLog
 from cpn.api import UI_COOKIE as COOKIE
-from cpn.api import LogSource, cancel_answer, redact_manifest, redact_text
+from cpn.api import LogSource, cancel_answer, reader, redact_manifest, redact_text
 from cpn.auth import ApiSecurity, Principal
-from cpn.decisions import Estimate, WaitCode
+from cpn.decisions import NEVER, Estimate, WaitCode, never_starts
 from cpn.engine.scheduler import EstimateSource
 from cpn.engine.team_view import TeamBoard
 from cpn.jobs import FINISHED, JobState
 from cpn.store import JobRecord, JobStore, Transition, UnknownJob
+from cpn.times import between, clock_time, duration, relative
 from cpn.ui.capacity import CapacityView
 
 PAGE_SIZE = 50
@@ -54,28 +54,13 @@ LOG_LINES = 50
 _env = Environment(loader=PackageLoader("cpn.ui", "templates"), autoescape=select_autoescape(["html"]))
 
 
-def _when(t: float | None) -> str:
-    if t is None:
-        return "-"
-    if t == math.inf:  # a service's predicted end
-        return "never"
-    if t < 1e9:  # simulated time: seconds since the simulation began
-        return f"t = {_span(t)}"
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _span(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    sign, s = ("-" if seconds < 0 else ""), abs(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if s >= size:
-            return f"{sign}{s / size:.1f} {unit}"
-    return f"{sign}{s:.0f} s"
-
-
-_env.filters["when"] = _when
-_env.filters["span"] = _span
+_env.filters["when"] = pass_context(lambda ctx, t: clock_time(t, ctx.get("wall_of")))
+_env.filters["span"] = duration
+_env.filters["relative"] = relative
+_env.globals["between"] = pass_context(lambda ctx, low, high: between(low, high, ctx.get("wall_of")))
+_env.globals["inf"] = math.inf
+_env.globals["never_starts"] = never_starts
+_env.globals["NEVER"] = NEVER
 
 
 def principal_of(request: Request) -> Principal | None:
@@ -92,16 +77,21 @@ def mount_ui(
     logs: LogSource | None = None,
     estimates: EstimateSource | None = None,
     teams: TeamBoard | None = None,
+    wall_of: Callable[[float], float] | None = None,
 ) -> FastAPI:
     """Add the `/ui` pages to `app` (cpn.api.create_app's, with the same `security`), reading `store`, and
     return it; `capacity` is the running service's latest inventory (None: the clusters page says there is
     none); `now` is the store's clock (ages, predicted starts); `logs` reads a job's log from its cluster
     (the callable create_app gets; None: only stored log tails); `estimates` is the scheduler's estimate
     source, whose runtime a job's page sets beside the measured one (None: not shown); `teams` the teams the
-    clusters page shows, those of the caller's namespaces (None: no teams table)."""
+    clusters page shows, those of the caller's namespaces (None: no teams table); `wall_of` maps a
+    simulated store time to the wall clock (a live simulation's timeline), so that pages give simulated
+    times their time of day too (None: the store is on the wall clock, or no mapping is known)."""
 
     def page(name: str, request: Request, status: int = 200, **values: Any) -> HTMLResponse:
-        html = _env.get_template(name).render(principal=principal_of(request), **values)
+        principal = principal_of(request)
+        hide = str if principal is None else reader(store, principal)
+        html = _env.get_template(name).render(principal=principal, hide=hide, wall_of=wall_of, **values)
         return HTMLResponse(html, status_code=status)
 
     def login_first() -> Response:
@@ -202,6 +192,9 @@ def mount_ui(
         predicted: Estimate | None = None
         if estimates is not None and ran_on and not record.spec.is_service:
             predicted = estimates.estimates((record.spec,), (ran_on,)).get(record.job_id, {}).get(ran_on)
+        running_end = None
+        if record.state == JobState.RUNNING and timing.ended is None:
+            running_end = predicted_end(timing, predicted)
         live_log = None
         if logs is not None:
             try:
@@ -217,6 +210,7 @@ def mount_ui(
             timing=timing,
             ran_on=ran_on,
             predicted=predicted,
+            running_end=running_end,
             live_log=live_log,
             tails=[(t, redact_text(t.log_tail)) for t in history if t.log_tail],
             manifest=redact_manifest(record.spec.manifest),
@@ -254,7 +248,7 @@ def mount_ui(
             request,
             view=view,
             chart=utilisation_chart(view),
-            gantt=gantt(view),
+            gantt=gantt(view, principal),
             teams=None if teams is None else teams.rows(store, principal.namespaces),
         )
 
@@ -307,6 +301,17 @@ def run_timing(history: list[Transition], now: float) -> RunTiming:
     )
 
 
+def predicted_end(timing: RunTiming, estimate: Estimate | None) -> tuple[float, float, float] | None:
+    """When a running job should end, and the interval its estimate's spread allows (end, low, high):
+    its run's start plus the predicted runtime on its card (a resumed run's restart and earlier work are
+    not known here, so this is the whole run's); None without a start or a finite estimate."""
+    if timing.started is None or estimate is None or not math.isfinite(estimate.runtime_s):
+        return None
+    runtime, spread = estimate.runtime_s, estimate.runtime_s * estimate.uncertainty
+    start = timing.started
+    return start + runtime, start + runtime - spread, start + runtime + spread
+
+
 CHART_W, CHART_H = 720, 200
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
@@ -335,15 +340,19 @@ GANTT_ROWS = 30
 GANTT_ROW_H = 14
 
 
-def gantt(view: CapacityView) -> list[dict[str, Any]]:
-    """Per cluster, bars of the jobs seen on it within the utilisation history's window (x in a CHART_W
-    box over that window, one GANTT_ROW_H row per job), drawn server-side; empty before two samples."""
+def gantt(view: CapacityView, principal: Principal) -> list[dict[str, Any]]:
+    """Per cluster, bars of the jobs of `principal`'s namespaces seen on it within the utilisation
+    history's window (x in a CHART_W box over that window, one GANTT_ROW_H row per job), drawn
+    server-side; empty before two samples. Other namespaces' jobs are left out, not even counted: their
+    ids and number are theirs (docs/security.md)."""
     if len(view.history) < 2:
         return []
     t0, t1 = view.history[0][0], view.history[-1][0]
     span = (t1 - t0) or 1.0
     charts: dict[str, list[Any]] = {}
     for run in view.runs:
+        if not principal.may(run.job_id.split("/", 1)[0]):
+            continue
         charts.setdefault(run.cluster, []).append(run)
     out = []
     for cluster, runs in charts.items():

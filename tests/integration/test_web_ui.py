@@ -33,6 +33,8 @@ IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 BROWSER_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"]
 V100 = Node("east", "gpu-0", "Tesla-V100-SXM2-16GB", 4, 16, 32, "training")
 P100 = Node("west", "gpu-0", "Tesla-P100-PCIE-16GB", 2, 16, 4, "hybrid")
+NORTH = Node("north", "gpu-0", "Tesla-V100-SXM2-16GB", 4, 16, 32, "training")
+"""A cordoned cluster still running team-b's job: shown, marked cordoned; team-a's token never sees it."""
 
 
 class HourLong:
@@ -72,9 +74,15 @@ def served(tmp_path):
     for state in (JobState.ASSIGNED, JobState.MIGRATING, JobState.SUBMITTED, JobState.RUNNING):
         store.transition("team-a/train-5", state, cluster="east", node="gpu-0", placement=[("gpu-0", 1)])
     capacity = Capacity(cpu_threshold=0.9)
-    capacity.record((NodeState(V100, 4), NodeState(P100, 2)), now - 600)
     capacity.record(
-        (NodeState(V100, 3, 2, ("team-a/train-5",)), NodeState(P100, 2, cpu_used=4)),
+        (NodeState(V100, 4), NodeState(P100, 2), NodeState(NORTH, 2, 8, ("team-b/secret-b",))), now - 600
+    )
+    capacity.record(
+        (
+            NodeState(V100, 3, 2, ("team-a/train-5",)),
+            NodeState(P100, 2, cpu_used=4),
+            NodeState(NORTH, 2, 8, ("team-b/secret-b",)),
+        ),
         now,
         {
             "east": ClusterMetrics("east", now - 4, "ok", age_s=4.0),
@@ -83,6 +91,7 @@ def served(tmp_path):
             ),
         },
         {("west", "east"): 2.5},
+        cordoned={"north"},
     )
     tokens = tmp_path / "tokens.yaml"
     alice, bob = create_token(tokens, "alice", ["team-a"]), create_token(tokens, "bob", ["team-b"])
@@ -173,11 +182,14 @@ def test_the_ui_in_a_real_browser(served):
 
         page.goto(f"{base}/ui/clusters")
         rows = page.locator("#cards tbody tr").all_inner_texts()
-        assert [r.split("\t") for r in rows] == [
-            ["east", "v100", "3", "1", "0", "4"],
-            ["west", "p100", "0", "0", "2", "2"],
+        assert [r.split("\t") for r in rows] == [  # free, used, unusable for CPU and pool, cordoned, total
+            ["east", "v100", "3", "1", "0", "0", "0", "4"],
+            ["north cordoned", "v100", "0", "2", "0", "0", "2", "4"],
+            ["west", "p100", "0", "0", "2", "0", "0", "2"],
         ]
-        assert page.locator("svg polyline").count() == 2
+        assert page.locator("svg polyline").count() == 3
+        assert "on the cluster now" in page.inner_text("#gantt-legend")
+        assert "team-b/secret-b" not in page.content()  # the cordoned cluster's job is team-b's
         health = [r.split("\t") for r in page.locator("#health tbody tr").all_inner_texts()]
         assert health == [
             ["east", "ok", "4 s", "-"],
@@ -193,6 +205,10 @@ def test_the_ui_in_a_real_browser(served):
         assert queue_ids(other) == ["team-b/secret-b"]
         other.goto(f"{base}/ui/jobs/team-a/train-0")
         assert "may not read namespace team-a" in other.content()
+        other.goto(f"{base}/ui/clusters")
+        north = other.locator("svg.gantt[data-cluster=north] rect.bar")
+        assert north.evaluate_all("bs => bs.map(b => b.dataset.job)") == ["team-b/secret-b"]
+        assert "team-a/train-5" not in other.content()
         browser.close()
 
 

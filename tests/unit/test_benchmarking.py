@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import date
 from types import MappingProxyType
 
@@ -13,6 +14,7 @@ from cli import main
 from config.benchmarking import BenchmarkingSettings
 from config.benchmarks import load_benchmarks
 from config.settings import ClustersConfig
+from cpn.adapters.clusters import cluster_to_add, stored_clusters
 from cpn.benchmarking import FailureLog, benchmark_job, plan_benchmarks, run_benchmarks
 from cpn.bootstrap import build_benchmark_clusters
 from cpn.decisions import Estimate, Placement, Snapshot
@@ -20,6 +22,7 @@ from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node, NodeState, Taint
 from cpn.jobs import JobSpec
 from cpn.policies import make_policy
+from cpn.store import JobStore
 from models.benchmark_runs import ingest_runs
 from models.benchmarks import BenchmarkCatalog
 
@@ -116,6 +119,33 @@ def test_dry_run_prints_the_nodes_and_why(tmp_path, monkeypatch, capsys):
     assert all("the node has no score measured by gavel-proxy" in line for line in out)
 
 
+def test_a_cluster_added_while_cpn_runs_is_planned_for_a_benchmark_from_the_store(
+    tmp_path, monkeypatch, capsys
+):
+    """`cpn cluster add` of a cluster with an unmeasured type: the loop reads the store's cluster set, not
+    clusters.yaml, so the type is benchmarked as soon as its cluster joins."""
+    monkeypatch.setenv("CPN_HOME", str(tmp_path))
+    config = clusters(("v", "Tesla-V100-SXM2-16GB"))
+    (tmp_path / "clusters.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    with JobStore(tmp_path / "jobs.db") as store:
+        stored_clusters(store, config)  # a service's first start seeds the set from the config
+        dry_run = ["benchmark", "--config", str(tmp_path), "--dry-run"]
+        assert main(dry_run) == 0
+        assert capsys.readouterr().out.strip() == "every GPU type has scores: nothing to benchmark"
+        added = {
+            "name": "lab",
+            "node_groups": [
+                {"name": "a", "gpu_product": A10, "gpus_per_node": 2, "gpu_memory_gb": 24, "cpu_cores": 16}
+            ],
+            "wan_gbps": {"bj": 10},
+        }
+        store.add_cluster(*cluster_to_add(store.clusters(), added))
+        assert main(dry_run) == 0
+        (line,) = capsys.readouterr().out.splitlines()
+        assert line.startswith("lab/a-0: GPU type a10 has no score measured by gavel-proxy")
+        # from here the run is the one of test_a_new_gpu_type_is_measured_from_the_truth_then_scored...
+
+
 # A type with no scores yet (item 3), on a literal snapshot: one V100 node, one A10 node whose benchmark is
 # pending (the predictor's estimates there: no runtime, or a guess for a job to explore).
 PENDING = Estimate(math.inf, 8.0, pending_benchmark=True)
@@ -160,3 +190,16 @@ def test_an_unscored_type_takes_jobs_to_explore_or_with_an_estimate_and_the_othe
     assert [w.code for w in decision.waiting if w.job_id == "u/known"] == ["pending-benchmark"]
     decision = make_policy(policy).decide(snapshot(1, {"u/known": rows["u/known"]}))
     assert [(p.job_id, p.node) for p in decision.placements] == [("u/known", "v0")]
+
+
+@pytest.mark.parametrize("policy", ESTIMATED_POLICIES)
+def test_a_gang_that_fits_only_on_the_unscored_type_waits_on_its_benchmark_not_on_gang(policy):
+    """The lab's A100 cluster: its free cards are the only ones that could hold the gang, but they have
+    no scores yet; the job says so (`pending-benchmark`), not `gang` over the scored types' few free cards."""
+    rows = {"u/gang": {"v100": Estimate(100.0), "a10": PENDING}}
+    s = snapshot(3, rows)
+    s = Snapshot(now=0.0, pending=(replace(s.pending[0], num_gpus=4),), nodes=s.nodes, estimates=s.estimates)
+    decision = make_policy(policy).decide(s)
+    ((code, detail),) = [(w.code, w.detail) for w in decision.waiting]
+    assert code == "pending-benchmark" and "GPU type a10 has no benchmark scores yet" in detail
+    assert "gang" in detail  # what the scored V100 lacks stays said

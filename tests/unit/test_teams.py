@@ -11,7 +11,7 @@ from config.settings import ConfigError
 from config.teams import DEFAULT_TEAM, TeamsConfig, load_teams, quota_warnings
 from cpn.bench.report import JobTimeline
 from cpn.bench.teams import team_figures, work_figures
-from cpn.decisions import RunningJob, Team, Teams
+from cpn.decisions import NEVER, RunningJob, Team, Teams, never_starts
 from cpn.formats.trace_csv import TraceFormatError, load_trace_csv
 from cpn.jobs import JobState
 from cpn.policies import make_policy
@@ -158,3 +158,31 @@ def test_weight_only_shares_count_only_teams_with_work():
     ledger = Ledger(s, cfg)
     assert ledger.use["a"].quota == {"v100": 4} and ledger.use["b"].quota == {"v100": 4}
     assert not any(ledger.use[DEFAULT_TEAM].quota.values())
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_job_its_teams_hard_limit_never_lets_start_says_so_instead_of_gang(policy):
+    """The lab's case: quota 4 cards, borrowing limit 0, a job of 8 cards on a node with 4 free. It would
+    say `gang` (not enough cards together); it can never start under its team's limits, whatever runs."""
+    n = node("n0", gpus=8)
+    cfg = teams(Team("a", quota=(("v100", 4),), borrowing_limit=0))
+    decision = make_policy(policy).decide(snap([job("a/big", gpus=8)], [state(n, free=4)], teams=cfg))
+    assert decision.placements == ()
+    (wait,) = decision.waiting
+    assert (wait.job_id, wait.code) == ("a/big", "over-quota")
+    assert wait.detail == (
+        "team a may never hold the 8 cards it needs, whatever else runs (quota v100=4; a hard limit): "
+        f"{NEVER}"
+    )
+    assert never_starts(wait.code, wait.detail) and not never_starts("over-quota", over_quota_detail())
+
+
+def over_quota_detail() -> str:
+    """The detail of a job its team's limit holds back for now (it may start when its team's jobs end)."""
+    n = node("n0", gpus=8)
+    cfg = teams(Team("a", quota=(("v100", 2),), borrowing_limit=0))
+    decision = make_policy("fifo").decide(
+        snap([job("a/j0", gpus=2), job("a/j1", gpus=2)], [state(n)], teams=cfg)
+    )
+    (wait,) = decision.waiting
+    return wait.detail

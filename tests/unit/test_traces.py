@@ -193,7 +193,8 @@ def test_generated_jobs_are_measured_configurations_with_sensible_figures(table)
         assert RUNTIME_RANGE_S[0] * 0.99 <= j.total_steps / sps <= RUNTIME_RANGE_S[1] * 1.01
         assert j.num_gpus in GPU_COUNT_WEIGHTS
         assert j.gpu_mem_gb >= gpu_memory_gb(j.model, j.batch_size, j.num_gpus)
-        assert 2 <= j.cpu <= 8
+        # CPU per GPU within what a card's share of a 32-core, 8-card node gives under the 0.7 threshold
+        assert 0.1 <= j.cpu <= j.num_gpus * 32 / 8 * 0.7
         assert j.source_cluster in {"old", "new"}
         assert j.image and j.image_size_gb > 0 and j.data_size_gb > 0
     counts = Counter(j.num_gpus for j in jobs)
