@@ -108,7 +108,10 @@ class Predictor:
     def steps(self, job: JobSpec) -> int | None:
         """Training steps `job` runs: its total_steps, or derived from its data size, epochs, batch size
         and its model's samples per GB; None when those cannot tell (it is estimated by its work, see
-        models.work); PredictorInputError for a malformed total_steps or work."""
+        models.work); PredictorInputError for a malformed total_steps or work, and for a service (it runs
+        until deleted: no runtime to estimate)."""
+        if job.is_service:
+            raise PredictorInputError(f"job {job.job_id}: a service runs until deleted; it has no runtime")
         if job.total_steps is not None:
             if (
                 isinstance(job.total_steps, bool)
@@ -221,80 +224,83 @@ class Predictor:
             explore=explore,
         )
 
-    def typical(self, model: str, precision: str = "fp32") -> tuple[int | None, float] | None:
-        """(typical batch, log spread of samples/s over the measured batches) of a measured model whose
-        samples per GB are known (models.work); batch None for a model measured at a fixed batch (taken
-        to train one sample a step, as Gavel's CycleGAN does); None for any other model."""
+    def batch_of(self, job: JobSpec) -> tuple[int | None, float] | None:
+        """(batch to ask the throughput at, log spread for not knowing the job's batch) of a job whose
+        model was measured: its own batch size, else the model's typical one (models.work.typical_batch,
+        with the spread of its samples/s over its measured batches); batch None for a model measured at a
+        fixed batch (taken to train one sample a step, as Gavel's CycleGAN does). None for a model never
+        measured."""
         features = self.estimator.features
-        key = workload_key(model, precision)
-        if key not in features.models or self.catalog.samples_per_gb(model) is None:
+        key = workload_key(job.model, job.precision)
+        if key not in features.models:
             return None
         if key not in features._batches:
             return None, 0.0
+        if job.batch_size:
+            return job.batch_size, 0.0
         xs, ys = features._batches[key]
         return typical_batch(xs), max(batch_spread(xs, ys), self.spread_floor["batch"])
 
     def references(self) -> list[tuple[str, int, float]]:
         """(model, typical batch, samples per GB) of the models the prior of models.work averages: measured
         at fp32 and at batch sizes, their samples per GB known."""
-        out = []
-        for key in self.estimator.features.models:
-            typical = self.typical(key) if "@" not in key else None
-            if typical is not None and typical[0] is not None:
-                out.append((key, typical[0], self.catalog.samples_per_gb(key)))
-        return out
+        features = self.estimator.features
+        return [
+            (key, typical_batch(features._batches[key][0]), spg)
+            for key in features.models
+            if key in features._batches and (spg := self.catalog.samples_per_gb(key)) is not None
+        ]
 
     def work_estimates(
         self, pairs: Sequence[tuple[JobSpec, str, str | None]], learnt: bool = True
     ) -> list[Estimate]:
-        """Estimates of jobs whose steps cannot be told, by data size x epochs (models.work): at the
-        model's typical batch, else the reference models' prior (`explore`); with `learnt`, scaled by what
-        the model's completed runs measured. PredictorInputError naming what a job lacks when there is
-        neither a typical batch nor a reference model."""
+        """Estimates of jobs whose steps cannot be told, by data size x epochs (models.work). A measured
+        model with samples per GB runs at its typical batch; one without trains the reference models'
+        steps per GB (geometric mean) at its own throughput, and a model never measured costs the
+        reference models' seconds per GB-epoch (geometric mean), both flagged `explore`. With `learnt`,
+        each is scaled by what the model's completed runs measured. PredictorInputError naming what a job
+        lacks when a reference model is needed and there is none."""
         refs = self.references()
+        ref_steps_per_gb = np.log([spg / batch for _, batch, spg in refs])
         queries: list[Query] = []
         plans = []
         for pair in pairs:
             job = pair[0]
             work = gb_epochs(job.job_id, job.data_size_gb, job.epochs)
-            typical = self.typical(job.model, job.precision)
-            if typical is not None:
-                plans.append((work, typical, len(queries)))
-                queries.append(self._query(pair, typical[0]))
-            elif refs:
-                plans.append((work, None, len(queries)))
-                queries += [self._query(pair, batch, model) for model, batch, _ in refs]
-            else:
+            batch = self.batch_of(job)
+            spg = self.catalog.samples_per_gb(job.model)
+            if (batch is None or spg is None) and not refs:
                 raise PredictorInputError(
                     f"job {job.job_id}: no total_steps; its steps cannot be derived (need a batch size and "
                     f"samples_per_gb for model {job.model!r} in the benchmarks file), and no measured model "
                     "has samples_per_gb there to take a prior from: add one, or give total_steps"
                 )
-        pred = self.throughput(queries)
-        spg_ref = np.array([spg / batch for _, batch, spg in refs])
-        out = []
-        for pair, (work, typical, at) in zip(pairs, plans, strict=True):
-            job, gpu, node = pair
-            if typical is not None:
-                batch, spread_b = typical
-                spg = self.catalog.samples_per_gb(job.model)
-                log_cost = math.log(spg / (batch or 1)) - pred.log_steps_per_sec[at]
-                spread = math.hypot(pred.log_spread[at], spread_b)
-                explore = False
+            plans.append((work, batch, spg, len(queries)))
+            if batch is not None:
+                queries.append(self._query(pair, batch[0]))
             else:
-                costs = np.log(spg_ref) - pred.log_steps_per_sec[at : at + len(refs)]
+                queries += [self._query(pair, b, model) for model, b, _ in refs]
+        pred = self.throughput(queries)
+        out = []
+        for pair, (work, batch, spg, at) in zip(pairs, plans, strict=True):
+            job, gpu, node = pair
+            if batch is not None:
+                size, spread_b = batch
+                if spg is not None:  # its own steps per GB at its (typical) batch
+                    log_cost = math.log(spg / (size or 1)) - pred.log_steps_per_sec[at]
+                    spread = math.hypot(pred.log_spread[at], spread_b)
+                    explore = False
+                else:  # the reference models' steps per GB at its own throughput
+                    log_cost = float(ref_steps_per_gb.mean()) - pred.log_steps_per_sec[at]
+                    spread = float(np.hypot.reduce([ref_steps_per_gb.std(), pred.log_spread[at], spread_b]))
+                    spread, explore = max(spread, PRIOR_SPREAD), True
+            else:  # never measured: the reference models' seconds per GB-epoch
+                costs = ref_steps_per_gb - pred.log_steps_per_sec[at : at + len(refs)]
                 log_cost = float(costs.mean())
-                spread = max(
-                    float(np.hypot(costs.std(), pred.log_spread[at : at + len(refs)].mean())), PRIOR_SPREAD
-                )
-                explore = True
-            correction = (
-                self.work.correction(
-                    workload_key(job.model, job.precision), self._gpu_key(gpu, node), job.num_gpus
-                )
-                if learnt
-                else None
-            )
+                spread = float(np.hypot(costs.std(), pred.log_spread[at : at + len(refs)].mean()))
+                spread, explore = max(spread, PRIOR_SPREAD), True
+            key = workload_key(job.model, job.precision)
+            correction = self.work.correction(key, self._gpu_key(gpu, node), job.num_gpus) if learnt else None
             if correction is not None:
                 log_cost += correction.log_ratio
                 known = correction.spread if correction.spread is not None else ONE_RUN_SPREAD

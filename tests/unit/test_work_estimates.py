@@ -67,10 +67,14 @@ def test_a_model_never_seen_gets_the_reference_models_cost_per_gb_epoch_a_wide_s
     assert row["v100"].runtime_s < row["p100"].runtime_s < row["k80"].runtime_s
 
 
-def test_a_measured_model_whose_samples_per_gb_are_unknown_is_explored_on_the_prior(predictor):
-    est = predictor.estimate(seed_job("ns/lm", "LM", batch_size=20), "p100")
-    assert est.explore is True
-    assert est.runtime_s == pytest.approx(7.5 * 1000 / 32 / law("ResNet-50", 32, "p100", 1), rel=0.05)
+def test_a_measured_model_whose_samples_per_gb_are_unknown_trains_the_references_steps_per_gb(predictor):
+    # The reference's 1,000 / 32 steps per GB-epoch, at LM's own steps/s: its GPU types and counts keep
+    # their own ratios.
+    for gpu, n in (("p100", 1), ("k80", 4)):
+        est = predictor.estimate(seed_job("ns/lm", "LM", batch_size=20, num_gpus=n), gpu)
+        assert est.explore is True
+        assert est.uncertainty >= math.expm1(PRIOR_SPREAD) - 1e-9
+        assert est.runtime_s == pytest.approx(7.5 * 1000 / 32 / law("LM", 20, gpu, n), rel=0.05)
 
 
 def test_a_first_run_teaches_the_models_seconds_per_gb_epoch_on_every_gpu_type(predictor):
