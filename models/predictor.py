@@ -257,7 +257,7 @@ class Predictor:
         """Estimates of jobs whose steps cannot be told, by data size x epochs (models.work). A measured
         model with samples per GB runs at its typical batch; one without trains the reference models'
         steps per GB (geometric mean) at its own throughput, and a model never measured costs the
-        reference models' seconds per GB-epoch (geometric mean), both flagged `explore`. With `learnt`,
+        reference models' seconds per GB-epoch (`unseen_cost`), both flagged `explore`. With `learnt`,
         each is scaled by what the model's completed runs measured. PredictorInputError naming what a job
         lacks when a reference model is needed and there is none."""
         refs = self.references()
@@ -278,9 +278,8 @@ class Predictor:
             plans.append((work, batch, spg, len(queries)))
             if batch is not None:
                 queries.append(self._query(pair, batch[0]))
-            else:
-                queries += [self._query(pair, b, model) for model, b, _ in refs]
-        pred = self.throughput(queries)
+        pred = self.throughput(queries) if queries else None
+        unseen: dict[int, tuple[float, float]] = {}
         out = []
         for pair, (work, batch, spg, at) in zip(pairs, plans, strict=True):
             job, gpu, node = pair
@@ -294,10 +293,11 @@ class Predictor:
                     log_cost = float(ref_steps_per_gb.mean()) - pred.log_steps_per_sec[at]
                     spread = float(np.hypot.reduce([ref_steps_per_gb.std(), pred.log_spread[at], spread_b]))
                     spread, explore = max(spread, PRIOR_SPREAD), True
-            else:  # never measured: the reference models' seconds per GB-epoch
-                costs = ref_steps_per_gb - pred.log_steps_per_sec[at : at + len(refs)]
-                log_cost = float(costs.mean())
-                spread = float(np.hypot(costs.std(), pred.log_spread[at : at + len(refs)].mean()))
+            else:  # never measured: the reference models' seconds per GB-epoch, shaped by GPU speed
+                if job.num_gpus not in unseen:
+                    unseen[job.num_gpus] = self.unseen_cost(job.num_gpus)
+                level, spread = unseen[job.num_gpus]
+                log_cost = level - self.catalog.find(gpu, node).log_speed
                 spread, explore = max(spread, PRIOR_SPREAD), True
             key = workload_key(job.model, job.precision)
             correction = self.work.correction(key, self._gpu_key(gpu, node), job.num_gpus) if learnt else None
@@ -308,6 +308,21 @@ class Predictor:
                 explore = False
             out.append(self._estimate(job, work * math.exp(log_cost), spread, explore))
         return out
+
+    def unseen_cost(self, num_gpus: int) -> tuple[float, float]:
+        """(level, log spread) of the prior of a model never measured on `num_gpus` cards: its log seconds
+        per GB-epoch on a GPU type are `level - log speed` (the type's geometric-mean benchmark score), so
+        its ratios between GPU types are the benchmark workloads'. The level is each reference model's
+        log cost times speed averaged over the benchmarks' GPU types, then over the references (geometric
+        means); the spread is the references' disagreement with their mean prediction spread."""
+        refs = self.references()
+        gpus = self.catalog.gpu_types()
+        pred = self.throughput([Query(m, b, g, num_gpus) for m, b, _ in refs for g in gpus])
+        speed = np.array([self.catalog.find(g).log_speed for g in gpus])
+        steps = np.log([spg / b for _, b, spg in refs])
+        per_gpu = steps[:, None] - pred.log_steps_per_sec.reshape(len(refs), len(gpus)) + speed[None, :]
+        costs = per_gpu.mean(axis=1)
+        return float(costs.mean()), float(np.hypot(costs.std(), pred.log_spread.mean()))
 
     def _gpu_key(self, gpu: str, node: str | None = None) -> str:
         profile = self.catalog.find(gpu, node)

@@ -50,6 +50,8 @@ spec:
               resources: {{limits: {{nvidia.com/gpu: 1}}}}
 """
 FAST = ("--time-scale", "100000")
+STARTUP_S = 240.0
+"""A first champion is trained at start-up when the store has none: minutes on a loaded machine."""
 EXAMPLES = sorted((REPO_ROOT / "examples" / "manifests").glob("*.yaml"))
 
 
@@ -99,7 +101,7 @@ def test_the_seeds_example_is_placed_explored_run_and_learnt(tmp_path, monkeypat
     uri = f"sqlite:///{home / 'mlflow.db'}"
     assert champion_version(uri) == "1", "cpn plan trained the first champion"
     port, log = free_port(), tmp_path / "run.log"
-    proc = start(home, port, log, ("--config", str(config), *FAST))
+    proc = start(home, port, log, ("--config", str(config), *FAST), timeout_s=STARTUP_S)
     try:
         (first_id,) = post(port, first.read_text())
         wait_for(lambda: states(port)[first_id] in TERMINAL, "the first job ends")
@@ -131,7 +133,7 @@ def test_every_example_manifest_runs_under_cpn_run(tmp_path):
     home, port, log = tmp_path / "home", free_port(), tmp_path / "run.log"
     jobs = [j for f in EXAMPLES for j in parse_manifests(f.read_text(), f.name)]
     services = {j.job_id for j in jobs if j.is_service}
-    proc = start(home, port, log, FAST)
+    proc = start(home, port, log, FAST, timeout_s=STARTUP_S)
     try:
         accepted = [i for f in EXAMPLES for i in post(port, f.read_text())]
         assert sorted(accepted) == sorted(j.job_id for j in jobs)
