@@ -9,8 +9,9 @@ transfer seconds) or why it would wait or is rejected. Clusters with a kube_cont
 through their kubeconfig (read-only calls: nodes and pods); the others as the config describes them,
 all cards free.
 
-Exit status: 0 written; 1 a cluster could not be read, or an object failed validation (plan.json says
-which); 2 invalid input (a manifest or the config).
+Exit status: 0 written, every job placed or waiting; 1 written, but a job is rejected (it would be refused
+in its first round: the line and plan.json say why) or an object failed validation, or a cluster could not
+be read; 2 invalid input (a manifest or the config).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "now, and write each object cpn would submit to OUTDIR/<cluster>/<namespace>-<name>.yaml and "
             "a summary to OUTDIR/plan.json. Nothing is submitted."
         ),
-        epilog="Exit status: 0 written; 1 a cluster unreadable or an object invalid; 2 invalid input.",
+        epilog="Exit status: 0 written, every job placed or waiting; 1 a job rejected, an object invalid or "
+        "a cluster unreadable; 2 invalid input.",
     )
     p.add_argument("--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo)")
     p.add_argument("--out", required=True, help="folder to write the plan to")
@@ -145,9 +147,11 @@ def run_plan(args: argparse.Namespace) -> int:
     (out / "plan.json").write_text(json.dumps({"jobs": summary}, indent=2) + "\n")
     for p in planned:
         where = f"{p.cluster} {', '.join(f'{n}x{c}' for n, c in p.nodes)} ({p.gpu_type})" if p.cluster else ""
+        if p.explore:
+            where += f" explore: estimate +-{p.uncertainty:.0%}, learnt from this run"
         print(f"{p.job_id}: {p.outcome} {where or p.code} {p.reason}".rstrip())
     print(f"wrote {out / 'plan.json'}")
-    return 1 if any(p.outcome == "invalid" for p in planned) else 0
+    return 1 if any(p.outcome in ("invalid", "rejected") for p in planned) else 0
 
 
 def _write(out: Path, p: PlannedJob) -> dict:
@@ -159,6 +163,8 @@ def _write(out: Path, p: PlannedJob) -> dict:
             gpus=p.gpus,
             gpu_type=p.gpu_type,
             predicted_runtime_s=p.predicted_runtime_s,
+            uncertainty=p.uncertainty,
+            explore=p.explore,
             transfer_s=p.transfer_s,
         )
     if p.code:

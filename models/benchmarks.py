@@ -38,6 +38,7 @@ from config.benchmarks import (
 )
 from config.settings import DATA_DIR, format_validation_error
 from cpn.gpus import canonical_gpu
+from cpn.model_names import model_key
 
 SPECS_CSV = DATA_DIR / "gpus" / "specs.csv"
 """Public GPU specs by product label (memory GB, bandwidth GB/s, SMs, FP32 TFLOPS), from datasheets."""
@@ -160,6 +161,11 @@ class BenchmarkCatalog:
         if node_profile is not None and node_profile.key == key:
             return node_profile
         return self._profiles.get(key)
+
+    def samples_per_gb(self, model: str) -> float | None:
+        """Training samples per GB of `model`'s dataset (the file's `samples_per_gb`, the model matched
+        by its key); None when the file does not say."""
+        return {model_key(m): v for m, v in self.config.samples_per_gb.items()}.get(model_key(model))
 
     def gpu_types(self) -> tuple[str, ...]:
         """Canonical keys of every GPU type in the catalog."""

@@ -4,7 +4,10 @@ Runtime = steps / predicted steps/s. Steps are the job's `total_steps` when it g
 them; otherwise `epochs x ceil(data_size_gb x samples_per_gb / batch_size)`, where
 samples_per_gb comes from the benchmarks file's `samples_per_gb` for the model (steps/s
 in throughput tables count every worker's steps, so an epoch is samples / per-GPU batch
-steps whatever the GPU count). A job with neither is rejected with PredictorInputError.
+steps whatever the GPU count). A job with neither (the seed's `model_name`, `data_size`, `epoch`
+alone) is estimated by its data size x epochs (models.work: the model's typical batch, or a stated prior
+flagged `explore`, then what its completed runs measured); only a job without those either is rejected
+with PredictorInputError.
 
 Uncertainty is the estimator's spread (across trees or ensemble members) times a scale, combined
 in quadrature with a floor per kind of extrapolation (models.features.EXTRAPOLATION_KINDS: a
@@ -29,14 +32,24 @@ from typing import Any
 import numpy as np
 
 from cpn.decisions import Estimate
+from cpn.engine.feedback import CompletedRun
 from cpn.formats.throughput import ThroughputRow
 from cpn.jobs import JobSpec
-from cpn.model_names import model_key
 from models.benchmarks import BenchmarkCatalog
 from models.estimators import Estimator, Prediction, make_estimator
-from models.features import EXTRAPOLATION_KINDS, PredictorInputError, Query
+from models.features import EXTRAPOLATION_KINDS, PredictorInputError, Query, workload_key
 from models.folds import out_of_fold
 from models.memory import MemoryModel, MemorySample, card_evidence
+from models.work import (
+    ONE_RUN_SPREAD,
+    PRIOR_SPREAD,
+    WorkObservation,
+    WorkRatios,
+    batch_spread,
+    derived_steps,
+    gb_epochs,
+    typical_batch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +66,7 @@ class Predictor:
         memory: MemoryModel | None = None,
         spread_scale: float = 1.0,
         spread_floor: dict[str, float] | None = None,
+        work: WorkRatios | None = None,
     ) -> None:
         self.estimator = estimator
         self.memory = memory or MemoryModel()
@@ -60,8 +74,8 @@ class Predictor:
         """Factor from the estimator's raw spread to a calibrated one (see calibrate_spread)."""
         self.spread_floor = {k: 0.0 for k in EXTRAPOLATION_KINDS} | (spread_floor or {})
         """Extra spread (log units) per kind of extrapolation, combined in quadrature; 0 for `seen`."""
-        samples = estimator.features.catalog.config.samples_per_gb
-        self._samples_per_gb = {model_key(name): v for name, v in samples.items()}
+        self.work = work or WorkRatios()
+        """What completed runs without steps measured against their work estimates (models.work)."""
 
     @property
     def catalog(self) -> BenchmarkCatalog:
@@ -71,12 +85,14 @@ class Predictor:
     def with_catalog(self, catalog: BenchmarkCatalog) -> Predictor:
         """A copy that also knows the GPU types of `catalog`, scored the same way; no retraining."""
         return Predictor(
-            self.estimator.with_catalog(catalog), self.memory, self.spread_scale, self.spread_floor
+            self.estimator.with_catalog(catalog), self.memory, self.spread_scale, self.spread_floor, self.work
         )
 
     def __setstate__(self, state: dict) -> None:
-        # Predictors pickled before per-kind calibration had one scale and no floors.
+        # Predictors pickled before per-kind calibration had one scale and no floors; before work
+        # estimates, no ratios learnt.
         state.setdefault("spread_floor", dict.fromkeys(EXTRAPOLATION_KINDS, 0.0))
+        state.setdefault("work", WorkRatios())
         self.__dict__.update(state)
 
     def throughput(self, queries: Sequence[Query]) -> Prediction:
@@ -89,8 +105,13 @@ class Predictor:
         """True where the query's configuration was among the training rows."""
         return self.estimator.features.kinds(queries) == EXTRAPOLATION_KINDS.index("seen")
 
-    def steps(self, job: JobSpec) -> int:
-        """Training steps `job` runs; PredictorInputError if it gives too little to tell."""
+    def steps(self, job: JobSpec) -> int | None:
+        """Training steps `job` runs: its total_steps, or derived from its data size, epochs, batch size
+        and its model's samples per GB; None when those cannot tell (it is estimated by its work, see
+        models.work); PredictorInputError for a malformed total_steps or work, and for a service (it runs
+        until deleted: no runtime to estimate)."""
+        if job.is_service:
+            raise PredictorInputError(f"job {job.job_id}: a service runs until deleted; it has no runtime")
         if job.total_steps is not None:
             if (
                 isinstance(job.total_steps, bool)
@@ -99,22 +120,10 @@ class Predictor:
             ):
                 raise PredictorInputError(f"job {job.job_id}: total_steps must be a positive integer")
             return job.total_steps
-        spg = self._samples_per_gb.get(model_key(job.model))
-        why = []
-        if spg is None:
-            why.append(f"samples_per_gb for model {job.model!r} in the benchmarks file")
-        if not job.batch_size:
-            why.append("a batch size")
-        if isinstance(job.epochs, bool) or not isinstance(job.epochs, int) or job.epochs < 1:
-            why.append(f"epochs a positive integer (got {job.epochs!r})")
-        size = job.data_size_gb
-        if isinstance(size, bool) or not isinstance(size, int | float) or not (0 < size < math.inf):
-            why.append(f"data_size_gb a positive number (got {size!r})")
-        if why:
-            raise PredictorInputError(
-                f"job {job.job_id}: no total_steps, and steps cannot be derived: need {'; '.join(why)}"
-            )
-        return job.epochs * math.ceil(size * spg / job.batch_size)
+        gb_epochs(job.job_id, job.data_size_gb, job.epochs)
+        return derived_steps(
+            job.epochs, job.data_size_gb, self.catalog.samples_per_gb(job.model), job.batch_size
+        )
 
     def estimate(self, job: JobSpec, gpu_type: str, node: str | None = None) -> Estimate:
         """Runtime, memory, uncertainty and explore flag of `job` on `gpu_type` (optionally one node)."""
@@ -177,30 +186,193 @@ class Predictor:
         return dict.fromkeys(unscored, Estimate(math.inf, memory, pending_benchmark=True))
 
     def estimate_pairs(self, pairs: Sequence[tuple[JobSpec, str, str | None]]) -> list[Estimate]:
-        """Estimates of (job, GPU type, node or None) triples, in order."""
+        """Estimates of (job, GPU type, node or None) triples, in order: by steps where the job's steps can
+        be told, else by its work (models.work)."""
         if not pairs:
             return []
-        queries = []
-        for job, gpu, node in pairs:
-            try:
-                queries.append(Query(job.model, job.batch_size, gpu, job.num_gpus, node, job.precision))
-            except PredictorInputError as exc:
-                raise PredictorInputError(f"job {job.job_id}: {exc}") from None
-        steps = np.array([self.steps(job) for job, _, _ in pairs], dtype=float)
-        pred = self.throughput(queries)
-        runtime = steps / pred.steps_per_sec
-        uncertainty = np.expm1(pred.log_spread)
+        steps = [self.steps(job) for job, _, _ in pairs]
+        by_steps = [i for i, s in enumerate(steps) if s is not None]
+        by_work = [i for i, s in enumerate(steps) if s is None]
+        out: list[Estimate | None] = [None] * len(pairs)
+        if by_steps:
+            queries = [self._query(pairs[i], pairs[i][0].batch_size) for i in by_steps]
+            pred = self.throughput(queries)
+            runtime = np.array([steps[i] for i in by_steps], dtype=float) / pred.steps_per_sec
+            for k, i in enumerate(by_steps):
+                out[i] = self._estimate(pairs[i][0], runtime[k], pred.log_spread[k], not bool(pred.seen[k]))
+        if by_work:
+            for i, est in zip(by_work, self.work_estimates([pairs[i] for i in by_work]), strict=True):
+                out[i] = est
+        return out  # type: ignore[return-value]
+
+    def _query(
+        self, pair: tuple[JobSpec, str, str | None], batch: int | None, model: str | None = None
+    ) -> Query:
+        job, gpu, node = pair
+        precision = job.precision if model is None else "fp32"
+        try:
+            return Query(model or job.model, batch, gpu, job.num_gpus, node, precision)
+        except PredictorInputError as exc:
+            raise PredictorInputError(f"job {job.job_id}: {exc}") from None
+
+    def _estimate(self, job: JobSpec, runtime: float, log_spread: float, explore: bool) -> Estimate:
+        memory = self.memory.for_job(job.model, job.batch_size, job.num_gpus, job.gpu_mem_gb, job.precision)
+        return Estimate(
+            runtime_s=float(runtime),
+            gpu_mem_gb=memory,
+            uncertainty=float(np.expm1(log_spread)),
+            explore=explore,
+        )
+
+    def batch_of(self, job: JobSpec) -> tuple[int | None, float] | None:
+        """(batch to ask the throughput at, log spread for not knowing the job's batch) of a job whose
+        model was measured: its own batch size, else the model's typical one (models.work.typical_batch,
+        with the spread of its samples/s over its measured batches); batch None for a model measured at a
+        fixed batch (taken to train one sample a step, as Gavel's CycleGAN does). None for a model never
+        measured."""
+        features = self.estimator.features
+        key = workload_key(job.model, job.precision)
+        if key not in features.models:
+            return None
+        if key not in features._batches:
+            return None, 0.0
+        if job.batch_size:
+            return job.batch_size, 0.0
+        xs, ys = features._batches[key]
+        return typical_batch(xs), max(batch_spread(xs, ys), self.spread_floor["batch"])
+
+    def references(self) -> list[tuple[str, int, float]]:
+        """(model, typical batch, samples per GB) of the models the prior of models.work averages: measured
+        at fp32 and at batch sizes, their samples per GB known."""
+        features = self.estimator.features
         return [
-            Estimate(
-                runtime_s=float(runtime[i]),
-                gpu_mem_gb=self.memory.for_job(
-                    job.model, job.batch_size, job.num_gpus, job.gpu_mem_gb, job.precision
-                ),
-                uncertainty=float(uncertainty[i]),
-                explore=not bool(pred.seen[i]),
-            )
-            for i, (job, _, _) in enumerate(pairs)
+            (key, typical_batch(features._batches[key][0]), spg)
+            for key in features.models
+            if key in features._batches and (spg := self.catalog.samples_per_gb(key)) is not None
         ]
+
+    def work_estimates(
+        self, pairs: Sequence[tuple[JobSpec, str, str | None]], learnt: bool = True
+    ) -> list[Estimate]:
+        """Estimates of jobs whose steps cannot be told, by data size x epochs (models.work). A measured
+        model with samples per GB runs at its typical batch; one without trains the reference models'
+        steps per GB (geometric mean) at its own throughput, and a model never measured costs the
+        reference models' seconds per GB-epoch (`unseen_cost`), both flagged `explore`. With `learnt`,
+        each is scaled by what the model's completed runs measured. PredictorInputError naming what a job
+        lacks when a reference model is needed and there is none."""
+        refs = self.references()
+        ref_steps_per_gb = np.log([spg / batch for _, batch, spg in refs])
+        queries: list[Query] = []
+        plans = []
+        for pair in pairs:
+            job = pair[0]
+            work = gb_epochs(job.job_id, job.data_size_gb, job.epochs)
+            batch = self.batch_of(job)
+            spg = self.catalog.samples_per_gb(job.model)
+            if (batch is None or spg is None) and not refs:
+                raise PredictorInputError(
+                    f"job {job.job_id}: no total_steps; its steps cannot be derived (need a batch size and "
+                    f"samples_per_gb for model {job.model!r} in the benchmarks file), and no measured model "
+                    "has samples_per_gb there to take a prior from: add one, or give total_steps"
+                )
+            plans.append((work, batch, spg, len(queries)))
+            if batch is not None:
+                queries.append(self._query(pair, batch[0]))
+        pred = self.throughput(queries) if queries else None
+        unseen: dict[int, tuple[float, float]] = {}
+        out = []
+        for pair, (work, batch, spg, at) in zip(pairs, plans, strict=True):
+            job, gpu, node = pair
+            if batch is not None:
+                size, spread_b = batch
+                if spg is not None:  # its own steps per GB at its (typical) batch
+                    log_cost = math.log(spg / (size or 1)) - pred.log_steps_per_sec[at]
+                    spread = math.hypot(pred.log_spread[at], spread_b)
+                    explore = False
+                else:  # the reference models' steps per GB at its own throughput
+                    log_cost = float(ref_steps_per_gb.mean()) - pred.log_steps_per_sec[at]
+                    spread = float(np.hypot.reduce([ref_steps_per_gb.std(), pred.log_spread[at], spread_b]))
+                    spread, explore = max(spread, PRIOR_SPREAD), True
+            else:  # never measured: the reference models' seconds per GB-epoch, shaped by GPU speed
+                if job.num_gpus not in unseen:
+                    unseen[job.num_gpus] = self.unseen_cost(job.num_gpus)
+                level, spread = unseen[job.num_gpus]
+                log_cost = level - self.catalog.find(gpu, node).log_speed
+                spread, explore = max(spread, PRIOR_SPREAD), True
+            key = workload_key(job.model, job.precision)
+            correction = self.work.correction(key, self._gpu_key(gpu, node), job.num_gpus) if learnt else None
+            if correction is not None:
+                log_cost += correction.log_ratio
+                known = correction.spread if correction.spread is not None else ONE_RUN_SPREAD
+                spread = math.hypot(known, self.spread_floor[correction.kind])
+                explore = False
+            out.append(self._estimate(job, work * math.exp(log_cost), spread, explore))
+        return out
+
+    def unseen_cost(self, num_gpus: int) -> tuple[float, float]:
+        """(level, log spread) of the prior of a model never measured on `num_gpus` cards: its log seconds
+        per GB-epoch on a GPU type are `level - log speed` (the type's geometric-mean benchmark score), so
+        its ratios between GPU types are the benchmark workloads'. The level is each reference model's
+        log cost times speed averaged over the benchmarks' GPU types, then over the references (geometric
+        means); the spread is the references' disagreement with their mean prediction spread."""
+        refs = self.references()
+        gpus = self.catalog.gpu_types()
+        pred = self.throughput([Query(m, b, g, num_gpus) for m, b, _ in refs for g in gpus])
+        speed = np.array([self.catalog.find(g).log_speed for g in gpus])
+        steps = np.log([spg / b for _, b, spg in refs])
+        per_gpu = steps[:, None] - pred.log_steps_per_sec.reshape(len(refs), len(gpus)) + speed[None, :]
+        costs = per_gpu.mean(axis=1)
+        return float(costs.mean()), float(np.hypot(costs.std(), pred.log_spread.mean()))
+
+    def _gpu_key(self, gpu: str, node: str | None = None) -> str:
+        profile = self.catalog.find(gpu, node)
+        if profile is None:
+            raise PredictorInputError(
+                f"unknown GPU type {gpu!r}; the benchmarks file knows {list(self.catalog.gpu_types())}"
+            )
+        return profile.key
+
+    def learn_work(self, runs: Sequence[CompletedRun]) -> Predictor:
+        """A copy that also knows what `runs` (completed runs without steps) measured against their work
+        estimates (models.work.WorkRatios); runs on GPU types the benchmarks do not score are left out."""
+        pairs, measured = [], []
+        for run in runs:
+            if self.catalog.find(run.gpu_type) is None:
+                log.warning(
+                    "run %s: GPU type %s has no benchmark scores; not learnt from", run.job_id, run.gpu_type
+                )
+                continue
+            if not (
+                isinstance(run.runtime_s, int | float) and math.isfinite(run.runtime_s) and run.runtime_s > 0
+            ):
+                raise PredictorInputError(
+                    f"run {run.job_id}: runtime_s must be a positive number, got {run.runtime_s!r}"
+                )
+            job = JobSpec(
+                job_id=run.job_id,
+                model=run.model,
+                batch_size=run.batch_size,
+                num_gpus=run.num_gpus,
+                epochs=run.epochs,
+                data_size_gb=run.data_size_gb,
+                precision=run.precision,
+            )
+            pairs.append((job, run.gpu_type, None))
+            measured.append(run.runtime_s)
+        observations = [
+            WorkObservation(
+                workload_key(job.model, job.precision),
+                self._gpu_key(gpu),
+                job.num_gpus,
+                math.log(seconds / est.runtime_s),
+            )
+            for (job, gpu, _), seconds, est in zip(
+                pairs, measured, self.work_estimates(pairs, learnt=False), strict=True
+            )
+        ]
+        return Predictor(
+            self.estimator, self.memory, self.spread_scale, self.spread_floor, WorkRatios(observations)
+        )
 
 
 CALIBRATION_SPLITS = ("random", "leave_gpu_out")
@@ -276,12 +448,14 @@ def fit_predictor(
     calibrate: bool = True,
     seed: int = 0,
     memory_rows: Sequence[ThroughputRow] | None = None,
+    work_runs: Sequence[CompletedRun] = (),
     **params: Any,
 ) -> Predictor:
     """Train a Predictor on measured rows (see models.features.training_rows) and memory samples; GPU
     memory is learnt from the samples and from which cards the rows ran on (models.memory), or the rows of
     `memory_rows` when given: a whole table, with its rows measured not to run (0 steps/s), which
-    training rows leave out.
+    training rows leave out. `work_runs`, completed runs whose steps cannot be told, teach the model's
+    seconds per GB-epoch (Predictor.learn_work).
 
     With `calibrate`, more fits on the rows (5 folds plus one per GPU type) set the spread scales
     (calibrate_spread).
@@ -289,4 +463,5 @@ def fit_predictor(
     scale, floor = calibrate_spread(rows, catalog, estimator, seed, params) if calibrate else (1.0, None)
     fitted = make_estimator(estimator, catalog, seed, **params).fit(rows)
     evidence = card_evidence(rows if memory_rows is None else memory_rows, catalog)
-    return Predictor(fitted, MemoryModel(memory_samples, evidence), scale, floor)
+    predictor = Predictor(fitted, MemoryModel(memory_samples, evidence), scale, floor)
+    return predictor.learn_work(work_runs) if work_runs else predictor

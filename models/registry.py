@@ -45,6 +45,7 @@ from sklearn.model_selection import GroupShuffleSplit
 from config.runtime import hide_password, runtime_settings
 from config.tracking import DEFAULT_TRACKING_URI, EXPERIMENT, REGISTERED_MODEL
 from cpn.decisions import Estimate
+from cpn.engine.feedback import CompletedRun
 from cpn.formats.throughput import ThroughputRow
 from cpn.jobs import JobSpec
 from models.benchmarks import BenchmarkCatalog
@@ -266,6 +267,7 @@ def train_and_register(
     catalog: BenchmarkCatalog,
     *,
     memory_samples: Sequence[MemorySample] = (),
+    work_runs: Sequence[CompletedRun] = (),
     estimators: Sequence[str] = ("rf", "xgb"),
     params: dict[str, dict[str, Any]] | None = None,
     tracking_uri: str = DEFAULT_TRACKING_URI,
@@ -310,7 +312,9 @@ def train_and_register(
                 mlflow.set_tags({**(tags or {}), "cpn.session": session})
                 log.info("%s: fitting on %d rows", name, len(train))
                 start = time.perf_counter()
-                predictor = fit_predictor(train, catalog, name, memory_samples, seed=seed, **est_params)
+                predictor = fit_predictor(
+                    train, catalog, name, memory_samples, seed=seed, work_runs=work_runs, **est_params
+                )
                 train_s = time.perf_counter() - start
                 log.info("%s: fitted in %.1f s", name, train_s)
                 first_ms, warm_ms = prediction_ms(predictor, rows, catalog, seed)
@@ -326,6 +330,7 @@ def train_and_register(
                         **{f"spread_floor_{k}": v for k, v in predictor.spread_floor.items()},
                         "rows": len(rows),
                         "holdout_rows": len(holdout),
+                        "work_runs": len(predictor.work),
                         "data": data_source,
                         "gpu_types": ",".join(catalog.gpu_types()),
                         "workloads": ",".join(catalog.workloads),
@@ -346,7 +351,12 @@ def train_and_register(
                     pip_requirements=_pip_requirements(),
                 )
                 won, reason = challenge(
-                    tracking_uri, model_name, holdout, predicted.steps_per_sec, catalog.gpu_types()
+                    tracking_uri,
+                    model_name,
+                    holdout,
+                    predicted.steps_per_sec,
+                    catalog.gpu_types(),
+                    work_runs=len(predictor.work),
                 )
                 version = None
                 if won:
@@ -441,9 +451,13 @@ def challenge(
     holdout: Sequence[ThroughputRow],
     candidate: np.ndarray,
     gpu_types: Sequence[str] = (),
+    work_runs: int = 0,
 ) -> tuple[bool, str]:
     """(should the candidate take the champion alias, why): it must beat the current champion on the
-    held-out rows the champion did not train on, a fair comparison (both predict rows they never saw).
+    held-out rows the champion did not train on, a fair comparison (both predict rows they never saw),
+    or, having learnt seconds per GB-epoch from more completed runs without steps (`work_runs`,
+    models.work) than the champion, do no worse there (those runs are not throughput rows, so the held-out
+    rows cannot show what they taught).
 
     `candidate` is the candidate's predicted steps/s of `holdout`; `gpu_types` the GPU types its
     benchmarks score. No champion yet, one that cannot predict these rows, or one whose benchmarks lack a
@@ -465,7 +479,13 @@ def challenge(
                 f"champion: scores GPU types version {current.version} cannot estimate ({', '.join(new)}); "
                 f"held-out MAPE {mine:.3f}"
             )
+        learnt = work_runs - len(champion.work)
         fair = ~champion.trained_on([query_of(r) for r in holdout])
+        if not fair.any() and learnt > 0:
+            return True, (
+                f"champion: learnt from {learnt} more completed runs without steps than version "
+                f"{current.version}, which trained on every held-out row"
+            )
         if not fair.any():
             return False, (
                 f"not champion: version {current.version} trained on all {len(holdout)} held-out rows, so no "
@@ -482,6 +502,8 @@ def challenge(
     )
     if mine < theirs:
         return True, f"champion: {versus}"
+    if learnt > 0 and mine <= theirs:
+        return True, f"champion: learnt from {learnt} more completed runs without steps; {versus}"
     return False, f"not champion: {versus}"
 
 

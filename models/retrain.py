@@ -1,8 +1,10 @@
 """Retraining on the benchmark table plus every completed job's measured runtime.
 
 The job store hands completed jobs over as `CompletedRun` records (cpn.engine.feedback, the
-one record of a finished run); each becomes a throughput row (steps/s = total_steps /
-runtime_s) and, when the job's peak GPU memory was measured, a memory sample. `retrain`
+one record of a finished run); each whose steps are known (total_steps, or derived from its data size,
+epochs, batch size and its model's samples per GB) becomes a throughput row (steps/s = steps /
+runtime_s); the others teach the predictor the model's seconds per GB of data and epoch (models.work);
+and, when the job's peak GPU memory was measured, each becomes a memory sample. `retrain`
 trains, logs and registers like `cpn predictor train`, so the champion rule decides whether
 the scheduler gets the new model. `RetrainSchedule` says when to run it: on a timer and
 after N new completions.
@@ -28,16 +30,26 @@ from models.registry import (
     RunResult,
     train_and_register,
 )
+from models.work import derived_steps, gb_epochs
 
 
-def training_row(run: CompletedRun) -> ThroughputRow:
-    """The run as a throughput-table row (steps/s = total_steps / runtime_s, one node: consolidated) of
-    the run's precision; PredictorInputError naming the field the predictor cannot learn from."""
+def run_steps(run: CompletedRun, catalog: BenchmarkCatalog) -> int | None:
+    """The run's steps: its total_steps, else derived from its work and batch size where the benchmarks
+    give its model's samples per GB (models.work.derived_steps); None when they cannot be told."""
+    if run.total_steps is not None:
+        return run.total_steps
+    gb_epochs(run.job_id, run.data_size_gb, run.epochs)
+    return derived_steps(run.epochs, run.data_size_gb, catalog.samples_per_gb(run.model), run.batch_size)
+
+
+def training_row(run: CompletedRun, steps: int | None = None) -> ThroughputRow:
+    """The run as a throughput-table row (steps/s = steps / runtime_s, one node: consolidated) of
+    the run's precision, its steps its total_steps unless given; PredictorInputError naming the field the
+    predictor cannot learn from."""
     query = Query(run.model, run.batch_size, run.gpu_type, run.num_gpus, precision=run.precision)
-    if isinstance(run.total_steps, bool) or not isinstance(run.total_steps, int) or run.total_steps < 1:
-        raise PredictorInputError(
-            f"{run.model}: total_steps must be a positive integer, got {run.total_steps!r}"
-        )
+    steps = run.total_steps if steps is None else steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise PredictorInputError(f"{run.model}: total_steps must be a positive integer, got {steps!r}")
     if not (isinstance(run.runtime_s, int | float) and math.isfinite(run.runtime_s) and run.runtime_s > 0):
         raise PredictorInputError(f"{run.model}: runtime_s must be a positive number, got {run.runtime_s!r}")
     return ThroughputRow(
@@ -45,7 +57,7 @@ def training_row(run: CompletedRun) -> ThroughputRow:
         run.batch_size,
         canonical_gpu(run.gpu_type),
         run.num_gpus,
-        run.total_steps / run.runtime_s,
+        steps / run.runtime_s,
         precision=query.precision,
     )
 
@@ -67,11 +79,17 @@ def retrain(
 ) -> list[RunResult]:
     """Train on `table` plus the completed `runs`, log and register each estimator, apply the champion rule.
 
+    Runs whose steps are known are throughput rows; the others are work runs (models.work).
+
     The latest completion time among the runs (job store clock) is recorded on the MLflow runs
     (`COMPLETIONS_UNTIL_TAG`), so that the next retraining can count the completions that came after.
     `options` go to models.registry.train_and_register (estimators, params, experiment, ...).
     """
-    rows = training_rows(table) + [training_row(r) for r in runs]
+    steps = [run_steps(r, catalog) for r in runs]
+    rows = training_rows(table) + [
+        training_row(r, s) for r, s in zip(runs, steps, strict=True) if s is not None
+    ]
+    work = [r for r, s in zip(runs, steps, strict=True) if s is None]
     memory = [s for s in (memory_sample(r) for r in runs) if s is not None]
     source = f"{data_source} + {len(runs)} completed jobs"
     until = max((r.finished_at for r in runs), default=None)
@@ -80,6 +98,7 @@ def retrain(
         rows,
         catalog,
         memory_samples=memory,
+        work_runs=work,
         tracking_uri=tracking_uri,
         data_source=source,
         tags=tags,

@@ -16,26 +16,33 @@ class CompletedRun:
     """One succeeded job: what ran where, and how long it really took (queueing and transfer excluded).
 
     The one record of a finished run: the explore loop reads it, and the predictor retrains on it
-    (models.retrain turns it into a throughput row and a memory sample)."""
+    (models.retrain turns it into a throughput row when its steps are known, else into a measure of the
+    model's seconds per GB of data and epoch, and a memory sample)."""
 
     job_id: str
     model: str
     batch_size: int | None
     gpu_type: str
     num_gpus: int
-    total_steps: int
+    total_steps: int | None
+    """The job's total_steps; None when it gave its work as data size and epochs only."""
     runtime_s: float
     finished_at: float
     gpu_mem_gb: float | None = None
     """Peak GPU memory per card the cluster measured; None = not measured."""
     precision: str = "fp32"
     """The job's training precision (`JobSpec.precision`)."""
+    data_size_gb: float = 0.0
+    """The job's `data_size` (GB)."""
+    epochs: int = 1
+    """The job's `epoch`."""
 
 
 def completed_runs(
     store: JobStore, nodes: Sequence[Node], since: float = float("-inf")
 ) -> list[CompletedRun]:
-    """Succeeded jobs that finished after `since`, with a known step count, on a node in `nodes`.
+    """Succeeded training jobs that finished after `since` on a node in `nodes`, with a known step count
+    or a work (data size and epochs) to learn seconds per GB-epoch from.
 
     The run time is the time from the job's last `running` transition to `succeeded`. A job that
     shared its card is left out (a partner's interference is in its run time) unless its last
@@ -52,7 +59,8 @@ def completed_runs(
         end = moves[-1]
         started = next((t for t in reversed(moves) if t.to_state == JobState.RUNNING), None)
         gpu_type = gpu_of.get((record.cluster, record.node))
-        if spec.total_steps is None or started is None or gpu_type is None or end.time <= since:
+        no_work = spec.total_steps is None and not (spec.data_size_gb > 0 and spec.epochs >= 1)
+        if spec.is_service or no_work or started is None or gpu_type is None or end.time <= since:
             continue
         if end.time <= started.time:
             continue
@@ -71,6 +79,8 @@ def completed_runs(
                 finished_at=end.time,
                 gpu_mem_gb=end.gpu_mem_gb,
                 precision=spec.precision,
+                data_size_gb=spec.data_size_gb,
+                epochs=spec.epochs,
             )
         )
     return runs

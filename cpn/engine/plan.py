@@ -34,6 +34,10 @@ class PlannedJob:
     """(node, cards) of the gang."""
     gpu_type: str | None = None
     predicted_runtime_s: float | None = None
+    uncertainty: float | None = None
+    """Relative spread of the runtime estimate (Estimate.uncertainty)."""
+    explore: bool = False
+    """The estimate is a guess to learn from (Estimate.explore): the job runs on whole cards, alone."""
     transfer_s: float | None = None
     code: str = ""
     """Why it waits (a cpn.decisions.WaitCode), when it does."""
@@ -90,6 +94,8 @@ def plan(
             nodes=placement.nodes,
             gpu_type=node.gpu_type,
             predicted_runtime_s=None if estimate is None else estimate.runtime_s,
+            uncertainty=None if estimate is None else estimate.uncertainty,
+            explore=estimate is not None and estimate.explore,
             transfer_s=transfer_s.get(job.job_id, {}).get(placement.cluster),
         )
         try:

@@ -40,20 +40,21 @@ class OracleEstimates:
             job.batch_size,
             job.num_gpus,
             job.total_steps,
+            job.data_size_gb,
+            job.epochs,
             job.gpu_mem_gb,
             job.precision,
         )
 
     def _compute(self, job: JobSpec, gpu_type: str) -> Estimate | None:
-        if job.total_steps is None:
+        timed = self.truth.timing(job, gpu_type, job.num_gpus)
+        if isinstance(timed, str):
             return None
-        rate = self.truth.steps_per_sec(job, gpu_type, job.num_gpus)
-        if rate is None:
-            return None
+        rate, steps = timed
         memory = self.truth.memory_gb(job, job.num_gpus)
         if rate == 0:  # measured not to run there (out of memory): say so through the memory figure
             return Estimate(runtime_s=math.inf, gpu_mem_gb=memory)
-        return Estimate(runtime_s=job.total_steps / rate, gpu_mem_gb=memory)
+        return Estimate(runtime_s=steps / rate, gpu_mem_gb=memory)
 
     def estimates(
         self, jobs: tuple[JobSpec, ...], gpu_types: tuple[str, ...]

@@ -258,7 +258,7 @@ class SimulatedGateway:
             start=now,
             outcome=outcome,
             rate=outcome.steps_per_sec,
-            steps_left=float(job.total_steps or 0),
+            steps_left=outcome.steps,
             since=now,
             end=now + outcome.duration_s,
             trains_from=now,
@@ -373,7 +373,7 @@ class SimulatedGateway:
         interval = run.job.checkpoint_interval_s
         trained = max(0.0, now - run.trains_from)
         kept_s = math.floor(trained / interval) * interval if interval else 0.0
-        total = float(run.job.total_steps or 0)
+        total = run.outcome.steps
         self.checkpointed[run.job.job_id] = min(total, total - run.steps_left + kept_s * run.rate)
         cards = sum(len(gpus) for _, gpus in run.held)
         lost_s = now - run.start - kept_s
@@ -502,7 +502,7 @@ def _log_lines(run: _Run, now: float, last: str | None) -> list[str]:
     job = run.job
     where = ", ".join(f"{n.cluster}/{n.name} cards {','.join(map(str, gpus))}" for n, gpus in run.held)
     lines = [f"[{run.start:.1f}s] started {job.job_id} ({job.model}) on {where} (simulated cluster)"]
-    total = job.total_steps or 0
+    total = round(run.outcome.steps)
     if job.is_service:
         lines.append(f"[{run.start:.1f}s] serving {job.model}")
     elif run.trains and total:

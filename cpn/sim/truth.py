@@ -2,22 +2,26 @@
 
 Rates come from measured throughput (cpn.sim.scaling: measured, or scaled beyond the table; spread
 gangs use the unconsolidated figures), slowed by card partners (cpn.sim.colocation); GPU memory comes
-from the memory model (cpn.sim.memory). Jobs that cannot run fail the way they fail on a real cluster:
-after LOAD_S seconds of pulling, loading data and building the model, at the first step.
+from the memory model (cpn.sim.memory). A job that gives no total_steps trains the samples its data size
+and epochs say, at the table's rate or one scaled from it by compute per sample (cpn.sim.work). Jobs that
+cannot run fail the way they fail on a real cluster: after LOAD_S seconds of pulling, loading data and
+building the model, at the first step.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cpn.adapters.gateway import DELETED_REASON, OOM_REASON
 from cpn.formats.throughput import ThroughputTable
 from cpn.jobs import JobSpec
+from cpn.model_names import model_key
 from cpn.sim.colocation import ColocationTable
 from cpn.sim.memory import gpu_memory_gb
 from cpn.sim.scaling import ScaledThroughput
+from cpn.sim.work import REFERENCE, TRUTH_MODELS, work_of
 
 LOAD_S = 60.0
 """Seconds from start to a job's first training step; jobs that cannot run fail then."""
@@ -34,6 +38,9 @@ class RunOutcome:
     reason: str = ""
     steps_per_sec: float = 0.0
     """Training rate alone on its cards; 0 for a failed run and a service."""
+    steps: float = 0.0
+    """Steps the run trains: the job's total_steps, or what its data size and epochs make (cpn.sim.work);
+    0 for a failed run and a service."""
 
 
 class GroundTruth:
@@ -96,7 +103,7 @@ class GroundTruth:
         """How `job` goes on `num_gpus` cards of `gpu_type` with `free_memory_gb` free on each.
 
         OOM first; then a service serves for its lifetime (`JobSpec.duration_s`, for ever without one)
-        and ends deleted; a training job fails with no total_steps, unmeasured, or measured not to run.
+        and ends deleted; a training job trains as `timing` says, or fails after the load time why not.
         """
         mem = self.memory_gb(job, num_gpus)
         if mem is not None and mem > free_memory_gb:
@@ -104,15 +111,41 @@ class GroundTruth:
         if job.is_service:
             lifetime = job.duration_s if job.duration_s is not None else math.inf
             return RunOutcome(lifetime, True, DELETED_REASON)
-        config = f"{job.model} batch {job.batch_size} on {num_gpus}x {gpu_type}"
-        if job.total_steps is None:
-            return RunOutcome(self.load_s, False, "job has no total_steps; the simulator cannot time it")
-        sps = self.steps_per_sec(job, gpu_type, num_gpus, consolidated)
-        if sps is None:
-            return RunOutcome(self.load_s, False, f"no measured throughput for {config}")
+        timed = self.timing(job, gpu_type, num_gpus, consolidated)
+        if isinstance(timed, str):
+            return RunOutcome(self.load_s, False, timed)
+        sps, steps = timed
         if sps <= 0:
+            config = f"{job.model} batch {job.batch_size} on {num_gpus}x {gpu_type}"
             return RunOutcome(self.load_s, False, f"{config} was measured not to run (0 steps/s)")
-        return RunOutcome(job.total_steps / sps, True, steps_per_sec=sps)
+        return RunOutcome(steps / sps, True, steps_per_sec=sps, steps=steps)
+
+    def timing(
+        self, job: JobSpec, gpu_type: str, num_gpus: int, consolidated: bool = True
+    ) -> tuple[float, float] | str:
+        """(steps/s alone, steps) of a training job on `num_gpus` cards of `gpu_type` (0 steps/s: measured
+        not to run), or why it cannot be timed there: no total_steps and no work the simulated world knows
+        (cpn.sim.work), or unmeasured. Without total_steps, a model the table does not measure at the batch
+        trains at REFERENCE's samples/s scaled by compute per sample."""
+        steps: float | None = job.total_steps
+        if steps is None:
+            work = work_of(job.model, job.batch_size, job.data_size_gb, job.epochs)
+            if isinstance(work, str):
+                return work
+            job, steps = replace(job, batch_size=work.batch_size), work.steps
+            sps = self.steps_per_sec(job, gpu_type, num_gpus, consolidated)
+            if sps is None and work.gflops_per_sample is not None:
+                model, batch = REFERENCE
+                reference = JobSpec(job_id="reference", model=model, batch_size=batch)
+                ref = self.steps_per_sec(reference, gpu_type, num_gpus, consolidated)
+                if ref is not None:
+                    ratio = TRUTH_MODELS[model_key(model)].gflops_per_sample / work.gflops_per_sample
+                    sps = ref * batch * ratio / (work.batch_size or 1)
+        else:
+            sps = self.steps_per_sec(job, gpu_type, num_gpus, consolidated)
+        if sps is None:
+            return f"no measured throughput for {job.model} batch {job.batch_size} on {num_gpus}x {gpu_type}"
+        return sps, float(steps)
 
     def shared_factor(self, job: JobSpec, gpu_type: str, partners: Iterable[JobSpec]) -> float:
         """How fast `job` trains sharing a card with `partners`, relative to alone (cpn.sim.colocation)."""

@@ -31,12 +31,14 @@ FAST_ORACLE = ("--time-scale", "600", "--estimates", "oracle")
 """Simulated time 600x the wall clock and the simulator's own runtimes, as the timings below assume."""
 
 
-def start(home: Path, port: int, log: Path, options: Sequence[str] = FAST_ORACLE) -> subprocess.Popen:
-    """`cpn run` on the cpn home `home` with `options`, once its API answers."""
+def start(
+    home: Path, port: int, log: Path, options: Sequence[str] = FAST_ORACLE, timeout_s: float = 90.0
+) -> subprocess.Popen:
+    """`cpn run` on the cpn home `home` with `options`, once its API answers (within `timeout_s`)."""
     env = {**os.environ, "CPN_HOME": str(home)}
     cmd = [sys.executable, "-m", "cli", "run", "--port", str(port), "--no-auth", *options]
     proc = subprocess.Popen(cmd, env=env, stdout=log.open("a"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
@@ -46,7 +48,7 @@ def start(home: Path, port: int, log: Path, options: Sequence[str] = FAST_ORACLE
         assert proc.poll() is None, log.read_text()
         time.sleep(0.3)
     proc.kill()
-    raise AssertionError(f"cpn run did not answer /healthz in 90 s:\n{log.read_text()}")
+    raise AssertionError(f"cpn run did not answer /healthz in {timeout_s:g} s:\n{log.read_text()}")
 
 
 def states(port: int) -> dict[str, str]:

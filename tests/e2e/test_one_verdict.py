@@ -66,7 +66,9 @@ def test_plan_run_and_schedule_round_reject_alike_in_the_first_round(prefect_har
     profile = load_profile()
 
     out = tmp_path / "plan"
-    assert main(["plan", "--estimates", "oracle", "--out", str(out), str(manifests)]) == 0
+    assert main(["plan", "--estimates", "oracle", "--out", str(out), str(manifests)]) == 1, (
+        "rejections: exit 1"
+    )
     planned = json.loads((out / "plan.json").read_text())["jobs"]
     by_plan = {j["job_id"]: j["reason"] for j in planned if j["outcome"] == "rejected"}
 

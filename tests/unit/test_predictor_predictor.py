@@ -51,12 +51,12 @@ def test_steps_from_epochs_and_data_size(predictor):
 @pytest.mark.parametrize(
     "job",
     [
-        JobSpec(job_id="ns/c", model="LM", batch_size=20, epochs=2, data_size_gb=1.0),  # no samples_per_gb
         JobSpec(job_id="ns/c", model="ResNet-50", batch_size=32, epochs=2, data_size_gb=0.0),
-        JobSpec(job_id="ns/c", model="ResNet-50", batch_size=None, epochs=2, data_size_gb=1.0),
+        JobSpec(job_id="ns/c", model="ResNet-50", batch_size=None, epochs=0, data_size_gb=1.0),
     ],
 )
-def test_a_job_without_steps_or_what_gives_them_is_rejected(predictor, job):
+def test_a_job_without_steps_or_work_to_estimate_it_by_is_rejected(predictor, job):
+    # Without a batch size or samples per GB it is estimated by its work (tests/unit/test_work_estimates.py).
     with pytest.raises(PredictorInputError, match="job ns/c: no total_steps"):
         predictor.estimate(job, "v100")
 

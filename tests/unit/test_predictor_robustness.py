@@ -408,7 +408,7 @@ def test_cpn_predictor_ingest_makes_folders_and_refuses_binary_logs(tmp_path, ca
 
 @pytest.mark.parametrize(
     ("epochs", "size", "message"),
-    [(-1, 10.0, "epochs a positive integer"), (2, math.inf, "data_size_gb a positive number")],
+    [(-1, 10.0, "`epoch` a positive whole number"), (2, math.inf, "`data_size` a positive number of GB")],
 )
 def test_steps_from_epochs_refuse_values_that_give_negative_or_infinite_runtimes(epochs, size, message):
     data = bench_dict() | {"samples_per_gb": {"ResNet-50": 1000}}
