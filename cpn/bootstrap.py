@@ -106,16 +106,14 @@ class Service:
     def start(self) -> None:
         """Bring a live service up to where it stopped: replay the simulated clusters' journal (reading it
         only), catch up with the wall clock, and, holding the store's lease, reconcile the store with what
-        the clusters hold. A read-only service changes nothing: it holds the cards of the copies the store
-        has under way, as their scheduler does."""
+        the clusters hold (going on with the copies the store has in flight). A read-only service changes
+        nothing: like every scheduler, it reads the copies in flight and the saved progress from the store."""
         if self.journal is not None:
             self.journal.restore()
         if self.driver is not None:
             self.driver.catch_up()
         if self.lease is not None:
             self.scheduler.reconcile(self.gateway.held_jobs())
-        elif self.store.read_only:
-            self.scheduler.follow_copies()
 
     def close(self) -> None:
         """Stop the gateways' background work, release the store's lease and close the store."""
