@@ -15,8 +15,8 @@ runs them in one call, the Prefect flow runs each as a task of its own, to time 
    explain, see `explain_every_s`).
 
 A dry run (`run_stages(..., dry_run=True)`) runs only `snapshot` and `decide`: it writes nothing.
-A scheduler given a `lease` (cpn.engine.lease) renews it before it collects and before it records a
-decision, and stops with LeaseLost once another process holds the store.
+A scheduler given a `lease` (cpn.engine.lease, renewed on its own thread) checks it before it collects and
+before it records a decision, and stops with LeaseLost once it is lost.
 
 `reconcile` runs once at start-up: it settles jobs a crash left between two transitions against
 what the clusters and the migrator say, so a restart loses nothing and submits nothing twice.
@@ -469,7 +469,7 @@ class Scheduler:
     def collect(self) -> list[JobEvent]:
         """Stage 1: apply the clusters' events and finished migrations; returns the events."""
         if self.lease is not None:
-            self.lease.renew()
+            self.lease.check()
         if self._unsettled:  # before anything else: what the failed round left between two transitions
             self.reconcile(self.gateway.held_jobs())
             self._unsettled = False
@@ -805,7 +805,7 @@ class Scheduler:
         """Stage 4: record rejections and assignments; returns (placements that must first migrate their
         job's image and data, placements that can be submitted now)."""
         if self.lease is not None:  # the decide stage may have outlasted it
-            self.lease.renew()
+            self.lease.check()
         self._unvetted = {}
         self.preempt(decision)
         for job_id in [*(r.job_id for r in decision.rejections), *(p.job_id for p in decision.placements)]:
