@@ -20,15 +20,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, column, delete, insert, table
+from sqlalchemy import Boolean, Connection, column, delete, insert, table
 
 from cpn.jobs import FINISHED, JobState
 
 SAVED_PROGRESS = table("saved_progress", column("job_id"), column("work_left"), column("saved_at"))
 """One row per preempted job not ended yet (columns and types: cpn/migrations/versions/0009)."""
 
-COPIES = table("copies", column("job_id"), column("source"), column("started_at"), column("whole_cards"))
-"""One row per job in `migrating`."""
+COPIES = table(
+    "copies", column("job_id"), column("source"), column("started_at"), column("whole_cards", Boolean)
+)
+"""One row per job in `migrating` (`whole_cards` typed, so that a SQLite store's 0/1 is copied to a
+PostgreSQL boolean by `cpn store copy`)."""
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from cpn.transfer import TransferTimes
 from tests.unit.test_copy_once import CLUSTERS, NODES, TABLE, copies, job
 
 
-def test_a_fact_is_written_with_the_move_that_makes_it_and_removed_with_the_one_that_ends_it():
+def test_a_fact_is_written_with_the_move_that_makes_it_and_removed_with_the_one_that_ends_it(store_target):
     clock = SimClock()
-    with JobStore(":memory:", clock=clock) as store:
+    with JobStore(store_target, clock=clock) as store:
         store.submit([job("x", "a"), job("y", "a")])
         store.transition("x", JobState.ASSIGNED, cluster="b", node="b-0", placement=[("b-0", 1)])
         clock.advance_to(5.0)
@@ -41,8 +41,8 @@ def test_a_fact_is_written_with_the_move_that_makes_it_and_removed_with_the_one_
         assert store.saved_progress() == {}
 
 
-def test_a_fact_on_a_move_that_cannot_make_it_is_refused_and_nothing_is_written():
-    with JobStore(":memory:") as store:
+def test_a_fact_on_a_move_that_cannot_make_it_is_refused_and_nothing_is_written(store_target):
+    with JobStore(store_target) as store:
         store.submit([job("x", "a")])
         with pytest.raises(
             ValueError, match="SavedProgress is recorded with a move to queued, not to assigned"
