@@ -17,6 +17,7 @@ them. The estimate source is chosen by name in models.sources and handed in here
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,8 +42,10 @@ from cpn.sim.driver import SimDriver, Timeline
 from cpn.sim.gateway import GroundTruth, SimulatedGateway
 from cpn.sim.journal import JournaledGateway, StoreJournal, SubmissionJournal
 from cpn.sim.migrator import SimulatedMigrator
-from cpn.store import JobStore, StoreLeased, store_file
+from cpn.store import JobStore, StoreError, StoreLeased, store_file
 from cpn.transfer import TransferTimes
+
+log = logging.getLogger(__name__)
 
 SIM_TIMELINE = "sim_timeline"
 """The store fact (JobStore.meta) that keeps the simulated timeline of a server's store (cpn.sim.driver)."""
@@ -107,7 +110,10 @@ class Service:
         """Lead no more, after the lease was lost (cpn.store.LeaseLost): stop renewing it and lift the fence;
         the service serves on as a standby, which `try_lead` and `start` make the leader again."""
         if self.lease is not None:
-            self.lease.release()  # frees nothing: another process holds it, or it lapsed
+            try:
+                self.lease.release()  # frees nothing: another process holds it, or it lapsed
+            except StoreError as exc:  # unreachable: the lease lapses by itself
+                log.warning("stepping down without releasing the scheduler lease: %s", exc)
             self.lease = self.scheduler.lease = None
 
     def start(self) -> None:

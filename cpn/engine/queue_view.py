@@ -47,6 +47,12 @@ class QueueView:
         self._pending: tuple[JobSpec, ...] | None = ()
         self._grouped: QueueLines | None = None
 
+    @property
+    def seen(self) -> int:
+        """The store's position (JobStore.changes_since) of the last transition `refresh` applied: what was
+        written with a transition (cpn.store_facts) is unchanged while it stays the same."""
+        return self._after
+
     def refresh(self) -> tuple[JobSpec, ...]:
         """Apply every transition recorded since the last refresh.
 

@@ -325,6 +325,8 @@ class Scheduler:
         """job_id -> each copy in flight, as the store had them at the latest snapshot or collect
         (JobStore.copies): the cards it is to run on, held in the snapshot until the copy ends and the job is
         submitted to them."""
+        self._facts_at = -1
+        """The store position (QueueView.seen) `_left` and `_copying` were read at."""
         self._copies_here: set[str] = set()
         """Jobs whose copy this process's migrator makes (started or gone on with, and not reported done):
         a copy the store has and this set lacks is gone on with when the scheduler settles (`reconcile`)."""
@@ -481,8 +483,9 @@ class Scheduler:
         if self.migrator is not None:
             # Copies the migrator reported stay here until applied: a round that fails half-way (the
             # store unreachable) applies the rest next round instead of losing them.
-            self._copying = {c.placement.job_id: c for c in self.store.copies()}
             self._copies_done.extend(self.migrator.poll())
+            if self._copies_done:  # the copies as the store has them now: the spec and cards of each
+                self._copying = {c.placement.job_id: c for c in self.store.copies()}
             while self._copies_done:
                 self.apply_migrations(self._copies_done[:1])
                 del self._copies_done[0]
@@ -626,8 +629,10 @@ class Scheduler:
         """
         entering = self.queue.refresh()
         self._prune()
-        self._left = self.store.saved_progress()
-        self._copying = {c.placement.job_id: c for c in self.store.copies()}
+        if self.queue.seen != self._facts_at:  # facts change only with transitions
+            self._left = self.store.saved_progress()
+            self._copying = {c.placement.job_id: c for c in self.store.copies()}
+            self._facts_at = self.queue.seen
         nodes = self.gateway.inventory()
         node_set = tuple(state.node for state in nodes)
         if node_set != self._node_set:
