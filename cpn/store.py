@@ -332,8 +332,8 @@ class CancelOutcome:
 class Copy:
     """A copy in flight of a job's image and data, as the store has it (cpn.store_facts.CopyStarted)."""
 
-    spec: JobSpec
-    """The job as submitted (see `whole_cards`)."""
+    record: JobRecord
+    """The migrating job (see `whole_cards`)."""
     placement: Placement
     """The cards it was assigned, held until the copy ends; `placement.cluster` is where the copy goes."""
     source: str
@@ -1172,17 +1172,19 @@ class JobStore:
     def copies(self) -> list[Copy]:
         """The copies in flight: every migrating job's, with its spec and the cards it was assigned, oldest
         first (cpn.store_facts.CopyStarted)."""
-        c, j = COPIES.c, JOBS.c
+        c = COPIES.c
         rows = self._database.read(
-            select(c.job_id, j.spec, j.cluster, j.placement, c.source, c.started_at, c.whole_cards)
+            select(*_JOB_COLUMNS, c.source, c.started_at, c.whole_cards)
             .select_from(COPIES.join(JOBS, c.job_id == JOBS.c.job_id))
             .order_by(c.started_at, JOBS.c.seq)
         )
         out = []
-        for job_id, spec, cluster, gang, source, started_at, whole in rows:
-            (node, cards), *extra = [(n, k) for n, k in json.loads(gang)]
-            placement = Placement(job_id, cluster, node, cards, tuple(extra))
-            out.append(Copy(_decode(spec), placement, source, started_at, bool(whole)))
+        for row in rows:
+            record = _record(row[: len(_JOB_COLUMNS)])
+            source, started_at, whole = row[len(_JOB_COLUMNS) :]
+            (node, cards), *extra = record.placement
+            placement = Placement(record.job_id, record.cluster or "", node, cards, tuple(extra))
+            out.append(Copy(record, placement, source, started_at, bool(whole)))
         return out
 
     def add_listener(self, listener: Callable[[], None]) -> None:

@@ -13,10 +13,16 @@ from dataclasses import replace
 from cpn.decisions import QueueLines, shape_of
 from cpn.jobs import JobSpec, JobState
 from cpn.rules import MEMORY_MARGIN_GB
-from cpn.store import Change, JobStore
+from cpn.store import Change, JobRecord, JobStore
 
 
-def _learned(spec: JobSpec, change: Change) -> JobSpec:
+def learned_spec(record: JobRecord) -> JobSpec:
+    """A stored job's spec as policies see it while it is queued (`_learned`), from its record: what a job
+    whose copy is in flight is submitted with when the copy ends."""
+    return _learned(record.spec, record)
+
+
+def _learned(spec: JobSpec, change: Change | JobRecord) -> JobSpec:
     """The spec as policies see it: arriving when the store accepted it (what ages a job for
     reservations and ordering, live or replayed), with what its runs taught (the migrated image, and
     more memory after an OOM kill)."""

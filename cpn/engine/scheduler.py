@@ -64,7 +64,7 @@ from cpn.decisions import (
 )
 from cpn.engine.forecast import Forecaster
 from cpn.engine.lease import SchedulerLease
-from cpn.engine.queue_view import QueueView
+from cpn.engine.queue_view import QueueView, learned_spec
 from cpn.inventory import Node, NodeState
 from cpn.jobs import ON_CLUSTER, Cause, IllegalTransition, JobSpec, JobState
 from cpn.policies.base import Policy, looked_forward_with, rebalances
@@ -584,8 +584,8 @@ class Scheduler:
     def _copied_spec(self, copy: Copy) -> JobSpec:
         """The spec a job whose copy is in flight was placed by, and is submitted with once it ends (`_spec`
         as it was when the copy began: the store keeps whether it runs on whole cards)."""
-        spec = replace(copy.spec, gpu_share=None) if copy.whole_cards else copy.spec
-        return self._with_team_interval(spec)
+        spec = learned_spec(copy.record)
+        return self._with_team_interval(replace(spec, gpu_share=None) if copy.whole_cards else spec)
 
     def _with_team_interval(self, spec: JobSpec) -> JobSpec:
         """`spec` with its team's checkpoint interval when it gives none (Teams.checkpoint_interval)."""

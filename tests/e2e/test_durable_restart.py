@@ -104,7 +104,7 @@ def test_a_killed_service_and_a_flow_run_between_keep_every_saved_progress_and_c
         proc.wait(timeout=10)
 
         # What the killed process left: both bulk jobs preempted with their progress, both copies in flight.
-        saved, copies = store.saved_progress(), {c.spec.job_id: c for c in store.copies()}
+        saved, copies = store.saved_progress(), {c.placement.job_id: c for c in store.copies()}
         assert sorted(saved) == [j.job_id for j in BULK] and all(0 < left < 1 for left in saved.values())
         assert sorted(copies) == [j.job_id for j in TEAM_A]
         assert {(c.source, c.placement.cluster) for c in copies.values()} == {("home", "far")}
@@ -139,8 +139,8 @@ def test_a_killed_service_and_a_flow_run_between_keep_every_saved_progress_and_c
             assert moves.count(JobState.MIGRATING) == 1 and moves.count(JobState.QUEUED) == 1, moves
         for c in store.copies():
             assert (c.source, c.started_at) == (
-                copies[c.spec.job_id].source,
-                copies[c.spec.job_id].started_at,
+                copies[c.placement.job_id].source,
+                copies[c.placement.job_id].started_at,
             )
 
         proc = start(config, path, log)

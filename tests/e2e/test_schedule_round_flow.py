@@ -84,7 +84,7 @@ def test_a_round_submits_through_every_stage_and_only_to_the_clusters_asked(pref
 
     assert result.migrating > 0, "some jobs' payloads are elsewhere: copies in flight between the runs"
     with JobStore(home / "jobs.db") as store:
-        in_flight = {c.spec.job_id: c for c in store.copies()}
+        in_flight = {c.placement.job_id: c for c in store.copies()}
     assert len(in_flight) == result.migrating
 
     again = schedule_round(policy="greedy", clusters=["gz-v100"], estimates="oracle")
@@ -93,7 +93,7 @@ def test_a_round_submits_through_every_stage_and_only_to_the_clusters_asked(pref
     # its cards, and a job OOM-killed meanwhile is queued again for a larger card (re-planning).
     with JobStore(home / "jobs.db") as store:
         histories = {r.job_id: store.history(r.job_id) for r in store.jobs()}
-        still = {c.spec.job_id: c for c in store.copies()}
+        still = {c.placement.job_id: c for c in store.copies()}
     replanned = sum(any(t.reason.startswith(OOM_REASON) for t in h) for h in histories.values())
     settled = [t.reason for h in histories.values() for t in h if t.reason.startswith("restart:")]
     assert not [r for r in settled if r in (RESTART_MIGRATION_LOST, RESTART_UNSUBMITTED)], settled

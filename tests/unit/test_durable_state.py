@@ -28,7 +28,7 @@ def test_a_fact_is_written_with_the_move_that_makes_it_and_removed_with_the_one_
         clock.advance_to(5.0)
         store.transition("x", JobState.MIGRATING, fact=CopyStarted("a", whole_cards=True))
         (copy,) = store.copies()
-        assert (copy.spec.job_id, copy.source, copy.started_at, copy.whole_cards) == ("x", "a", 5.0, True)
+        assert (copy.record.job_id, copy.source, copy.started_at, copy.whole_cards) == ("x", "a", 5.0, True)
         assert (copy.placement.cluster, copy.placement.node, copy.placement.num_gpus) == ("b", "b-0", 1)
         store.transition("x", JobState.SUBMITTED)
         assert store.copies() == []

@@ -73,7 +73,8 @@ def test_a_copy_holds_every_job_and_transition_and_new_jobs_follow_them(source, 
     with JobStore(source) as original, JobStore(store_target, SimClock(500.0)) as copy:
         assert contents(copy) == contents(original)
         assert copy.get("ns/j0").waiting.predicted_start == 50.0
-        assert copy.saved_progress() == {"ns/j3": 0.4} and [c.spec.job_id for c in copy.copies()] == ["ns/j4"]
+        assert copy.saved_progress() == {"ns/j3": 0.4}
+        assert [c.placement.job_id for c in copy.copies()] == ["ns/j4"]
         assert copy.lease() is None  # the copy's first scheduler takes its own
         copy.submit([JobSpec(job_id="ns/new", model="ResNet-50")])
         position, changes = copy.changes_since(original.changes_since(0)[0])
