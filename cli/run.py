@@ -18,7 +18,7 @@ from config.settings import DEMO_DIR, ClustersConfig, ConfigError, Profile, load
 from config.teams import folder_teams, quota_warnings
 from cpn.bootstrap import Service, build_service
 from cpn.decisions import Teams
-from cpn.engine.lease import LeaseLost, holder_name, lease_ttl
+from cpn.engine.lease import holder_name
 from cpn.engine.live import LiveLoop
 from cpn.engine.scheduler import RoundResult
 from cpn.engine.team_view import TeamBoard
@@ -144,7 +144,6 @@ def build(args: argparse.Namespace, profile: Profile) -> Service:
         cpu_threshold=policy.cpu_threshold,
         time_scale=args.time_scale,
         purpose="cpn run",
-        lease_ttl_s=lease_ttl(_interval(args, profile)),
         standby=True,
         teams=teams,
     )
@@ -176,26 +175,6 @@ def _interval(args: argparse.Namespace, profile: Profile) -> float:
     return args.interval or profile.loop.interval_s
 
 
-def _stand_by(service: Service, loop: LiveLoop) -> bool:
-    """Wait as a standby replica until this process takes the store's lease (True) or is stopped (False)."""
-    held = service.store.lease()
-    log.warning(
-        "standby: %s leads the store; this replica serves the API and takes the lease over when it is gone",
-        held.holder if held else "another process",
-    )
-    waited = time.monotonic()
-    if not loop.standby(service.try_lead):
-        return False
-    assert service.lease is not None
-    log.warning(
-        "took the store's scheduler lease as a standby of %.1f s: leading in term %d; reconciling with the "
-        "clusters",
-        time.monotonic() - waited,
-        service.lease.term,
-    )
-    return True
-
-
 def wall_of(timeline: Timeline) -> Callable[[float], float]:
     """Simulated time -> the wall-clock time it falls on, by a live simulation's timeline (the web UI
     shows both)."""
@@ -203,8 +182,9 @@ def wall_of(timeline: Timeline) -> Callable[[float], float]:
 
 
 def run_service(args: argparse.Namespace) -> int:
-    """Run until SIGINT/SIGTERM; exit 2 on bad configuration or while another process schedules the store,
-    1 if another process takes the store over meanwhile."""
+    """Run until SIGINT/SIGTERM, leading the store's scheduling or standing by while another replica does
+    (a leader that loses the lease stands by again, LiveLoop.serve); exit 2 on bad configuration or while
+    another process schedules a store file."""
     import uvicorn
 
     from cpn.api import create_app
@@ -247,9 +227,8 @@ def run_service(args: argparse.Namespace) -> int:
     except (ConfigError, ThroughputFormatError, StoreError, ValueError, FileNotFoundError) as exc:
         print(f"cpn run: {exc}", file=sys.stderr)
         return 2
-    standby = not service.leads
     try:
-        if not standby:
+        if service.leads:  # reconciled before the API serves
             service.start()
         server = uvicorn.Server(
             uvicorn.Config(
@@ -298,13 +277,7 @@ def run_service(args: argparse.Namespace) -> int:
             f"(store {service.store.path}); Ctrl-C stops",
             flush=True,
         )
-        try:
-            if standby and _stand_by(service, loop):
-                service.start()
-            stats = loop.run()  # at once, for a standby stopped before it led
-        except LeaseLost as exc:
-            print(f"cpn run: {exc}", file=sys.stderr)
-            return 1
+        stats = loop.serve(service)
         server.should_exit = True
         http.join(timeout=10)
     finally:

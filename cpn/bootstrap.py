@@ -17,6 +17,7 @@ them. The estimate source is chosen by name in models.sources and handed in here
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from cpn.adapters.migrator import Migrator
 from cpn.clock import Clock, SimClock, WallClock
 from cpn.decisions import Teams
 from cpn.engine.forecast import LIVE_SHARE
-from cpn.engine.lease import MIN_TTL_S, SchedulerLease
+from cpn.engine.lease import LEASE_TTL_S, SchedulerLease
 from cpn.engine.live_load import MeasuredLoad
 from cpn.engine.scheduler import EstimateSource, NodeLoad, Scheduler
 from cpn.formats.throughput import ThroughputTable
@@ -42,8 +43,10 @@ from cpn.sim.driver import SimDriver, Timeline
 from cpn.sim.gateway import GroundTruth, SimulatedGateway
 from cpn.sim.journal import JournaledGateway, StoreJournal, SubmissionJournal
 from cpn.sim.migrator import SimulatedMigrator
-from cpn.store import JobStore, StoreLeased, store_file
+from cpn.store import JobStore, StoreError, StoreLeased, store_file
 from cpn.transfer import TransferTimes
+
+log = logging.getLogger(__name__)
 
 SIM_TIMELINE = "sim_timeline"
 """The store fact (JobStore.meta) that keeps the simulated timeline of a server's store (cpn.sim.driver)."""
@@ -75,7 +78,7 @@ class Service:
     standby until it takes the lease, `try_lead`)."""
     purpose: str = "cpn"
     """What the lease names this process for (cpn.engine.lease.holder_name)."""
-    lease_ttl_s: float = MIN_TTL_S
+    lease_ttl_s: float = LEASE_TTL_S
     """How long the lease lasts unrenewed."""
 
     @property
@@ -104,19 +107,31 @@ class Service:
             self.scheduler.lease = self.lease
         return True
 
+    def step_down(self) -> None:
+        """Lead no more, after the lease was lost (cpn.store.LeaseLost): stop renewing it and lift the fence;
+        the service serves on as a standby, which `try_lead` and `start` make the leader again."""
+        if self.lease is not None:
+            try:
+                self.lease.release()  # frees nothing: another process holds it, or it lapsed
+            except StoreError as exc:  # unreachable: the lease lapses by itself
+                log.warning("stepping down without releasing the scheduler lease: %s", exc)
+            self.lease = self.scheduler.lease = None
+
     def start(self) -> None:
-        """Bring a live service up to where it stopped: replay the simulated clusters' journal (reading it
-        only), catch up with the wall clock, and, holding the store's lease, reconcile the store with what
-        the clusters hold. A read-only service changes nothing: it holds the cards of the copies the store
-        has under way, as their scheduler does."""
+        """Bring a live service up to where it stopped, or where the leader before it left: replay the
+        simulated clusters' journal (reading it only; what this process replayed or wrote before is not
+        replayed again), catch up with the wall clock, and, holding the store's lease, reconcile the store
+        with what the clusters hold (going on with the copies the store has in flight). A read-only service
+        changes nothing: like every scheduler, it reads the copies in flight and the saved progress from the
+        store."""
         if self.journal is not None:
             self.journal.restore()
         if self.driver is not None:
             self.driver.catch_up()
         if self.lease is not None:
             self.scheduler.reconcile(self.gateway.held_jobs())
-        elif self.store.read_only:
-            self.scheduler.follow_copies()
+            if self.driver is not None:  # the copies gone on with that have ended by now
+                self.driver.catch_up()
 
     def close(self) -> None:
         """Stop the gateways' background work, release the store's lease and close the store."""
@@ -177,7 +192,7 @@ def build_service(
     wall: Callable[[], float] = time.time,
     read_only: bool = False,
     purpose: str = "cpn",
-    lease_ttl_s: float = MIN_TTL_S,
+    lease_ttl_s: float = LEASE_TTL_S,
     standby: bool = False,
     teams: Teams | None = None,
 ) -> Service:

@@ -48,10 +48,11 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
-from cpn import migrations
+from cpn import migrations, store_facts
 from cpn.clock import Clock, WallClock
-from cpn.decisions import Waiting
+from cpn.decisions import Placement, Waiting
 from cpn.jobs import FINISHED, ON_CLUSTER, Cause, IllegalTransition, JobSpec, JobState, check_transition
+from cpn.store_facts import COPIES, SAVED_PROGRESS, Fact
 
 log = logging.getLogger(__name__)
 
@@ -325,6 +326,22 @@ class CancelOutcome:
     (`state` says how) and nothing changed."""
     state: JobState
     """The job's state after the call."""
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A copy in flight of a job's image and data, as the store has it (cpn.store_facts.CopyStarted)."""
+
+    record: JobRecord
+    """The migrating job (see `whole_cards`)."""
+    placement: Placement
+    """The cards it was assigned, held until the copy ends; `placement.cluster` is where the copy goes."""
+    source: str
+    """The cluster the copy is from."""
+    started_at: float
+    """When the copy began (the store's clock)."""
+    whole_cards: bool
+    """Whether the job runs on whole cards though its spec asks to share one (a model to explore)."""
 
 
 @dataclass(frozen=True)
@@ -969,6 +986,7 @@ class JobStore:
         needs_more_than_gb: float | None = None,
         cause: Cause = Cause.NONE,
         only_from: frozenset[JobState] | None = None,
+        fact: Fact | None = None,
     ) -> None:
         """Move a job to `new_state` and record the move, atomically.
 
@@ -985,9 +1003,12 @@ class JobStore:
         on (a migration's copy, pinned by digest). `needs_more_than_gb` records an OOM kill's lesson: the job
         needs more GPU memory per card than this (the largest such lesson is kept). `cause` is what the
         move counts as (cpn.jobs.Cause), stored with it. `only_from` refuses the move (IllegalTransition)
-        unless the job is in one of those states now.
+        unless the job is in one of those states now. `fact` is a scheduler fact the move creates
+        (cpn.store_facts: a preemption's saved progress, a migration's copy), written in the same transaction,
+        which also removes the facts the move ends.
         """
         new_state = JobState(new_state)
+        store_facts.check(fact, new_state)
         now = self._clock.now() if at is None else at
         with self._database.write() as db:
             row = db.execute(_PLACED, {"job_id": job_id}).first()
@@ -1028,6 +1049,7 @@ class JobStore:
                 )
                 | {"term": self._term if fenced else None},
             )
+            store_facts.record(db, job_id, old_state, new_state, now, fact)
 
     def cancel(self, job_id: str, by: str) -> CancelOutcome:
         """Cancel a job on behalf of `by` (who is recorded), atomically; UnknownJob for an unknown id.
@@ -1141,6 +1163,29 @@ class JobStore:
         """The latest scheduler lease, expired or not; None if no process ever took one."""
         rows = self._database.read(_LEASE_ROW)
         return Lease(*rows[0]) if rows else None
+
+    def saved_progress(self) -> dict[str, float]:
+        """job_id -> the fraction of its work left at the checkpoint it was last preempted at, for every
+        preempted job that has not ended (cpn.store_facts.SavedProgress)."""
+        return dict(self._database.read(select(SAVED_PROGRESS.c.job_id, SAVED_PROGRESS.c.work_left)))
+
+    def copies(self) -> list[Copy]:
+        """The copies in flight: every migrating job's, with its spec and the cards it was assigned, oldest
+        first (cpn.store_facts.CopyStarted)."""
+        c = COPIES.c
+        rows = self._database.read(
+            select(*_JOB_COLUMNS, c.source, c.started_at, c.whole_cards)
+            .select_from(COPIES.join(JOBS, c.job_id == JOBS.c.job_id))
+            .order_by(c.started_at, JOBS.c.seq)
+        )
+        out = []
+        for row in rows:
+            record = _record(row[: len(_JOB_COLUMNS)])
+            source, started_at, whole = row[len(_JOB_COLUMNS) :]
+            (node, cards), *extra = record.placement
+            placement = Placement(record.job_id, record.cluster or "", node, cards, tuple(extra))
+            out.append(Copy(record, placement, source, started_at, bool(whole)))
+        return out
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call `listener()` after every committed `submit` that queued a new job (e.g. to wake a loop)."""

@@ -2,16 +2,18 @@
 
 Every job (spec, state, placement, waiting reason, predicted starts) and every transition is copied
 with its position, so the copy lists, pages and follows exactly as the source did, and so are the
-pending cancel requests; the scheduler lease is not (the first scheduler on the copy takes a new one).
+pending cancel requests and the scheduler's facts (cpn.store_facts: saved progress, copies in flight), so a
+scheduler on the copy decides as one on the source would; the scheduler lease is not (the first scheduler on
+the copy takes a new one).
 The source is brought to this cpn's schema first, as any cpn that opens it would; the destination must
 be empty.
 
 Rows go over in batches, each batch one transaction, and the destination is marked `copy_in_progress`
 (naming the source) from the first batch until the end: every cpn that opens a store so marked refuses
 it (cpn.store.StoreCopyUnfinished, naming the command that finishes the copy), and that command carries
-on after the last batch that committed. The cancel requests go over with the last transaction, which
-counts the jobs per state, the transitions and the cancel requests on both sides and removes the mark
-only when they agree.
+on after the last batch that committed. The cancel requests and the facts go over with the last
+transaction, which counts the jobs per state, the transitions, the cancel requests and the facts on both
+sides and removes the mark only when they agree.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from cpn.store import (
     StoreError,
     StoreLeased,
 )
+from cpn.store_facts import COPIES, SAVED_PROGRESS
 
 BATCH = 2000
 """Rows per transaction: a batch is lost at most when the copy is interrupted."""
@@ -80,6 +83,10 @@ def copy_store(
         return _finish(src, dst, resumed)
 
 
+_SMALL_TABLES = (CANCEL_REQUESTS, SAVED_PROGRESS, COPIES)
+"""Tables bounded by the jobs in progress, not by the store's history: copied in the last transaction."""
+
+
 def _count(database: StoreDatabase, table: TableClause) -> int:
     return database.read(select(func.count()).select_from(table))[0][0]
 
@@ -118,18 +125,19 @@ def _copy_rows(
 
 
 def _finish(src: StoreDatabase, dst: StoreDatabase, resumed: bool) -> CopyResult:
-    """Copy the cancel requests, check the counts and remove the mark, in one transaction; StoreError if
-    the source changed."""
-    requests = [row._asdict() for row in src.read(select(*CANCEL_REQUESTS.c))]
+    """Copy the cancel requests and the scheduler's facts, check the counts and remove the mark, in one
+    transaction; StoreError if the source changed."""
+    small = [(table, [row._asdict() for row in src.read(select(*table.c))]) for table in _SMALL_TABLES]
     with dst.write() as db:
-        if requests:
-            db.execute(insert(CANCEL_REQUESTS), requests)
+        for table, rows in small:
+            if rows:
+                db.execute(insert(table), rows)
         if dst.dialect == "postgresql":  # rows came with their positions: new ones must follow them
             for table in (JOBS, TRANSITIONS):
                 sequence = func.pg_get_serial_sequence(table.name, "seq")
                 db.execute(select(func.setval(sequence, func.max(table.c.seq))))
         per_state = select(JOBS.c.state, func.count()).group_by(JOBS.c.state)
-        tables = (TRANSITIONS, CANCEL_REQUESTS)
+        tables = (TRANSITIONS, *_SMALL_TABLES)
         wanted = (dict(src.read(per_state)), *(_count(src, table) for table in tables))
         got = (
             dict(db.execute(per_state).all()),
@@ -137,9 +145,9 @@ def _finish(src: StoreDatabase, dst: StoreDatabase, resumed: bool) -> CopyResult
         )
         if got != wanted:
             raise StoreError(
-                f"{src.path} changed during the copy (jobs per state, transitions and cancel requests: "
-                f"{wanted} there, {got} copied): stop every cpn that uses it, empty {dst.path} and copy "
-                "again"
+                f"{src.path} changed during the copy (jobs per state, transitions, cancel requests, saved "
+                f"progress, copies: {wanted} there, {got} copied): stop every cpn that uses it, empty "
+                f"{dst.path} and copy again"
             )
         db.execute(delete(STORE_META).where(STORE_META.c.key == COPY_IN_PROGRESS))
     return CopyResult(dst.path, sum(got[0].values()), got[1], resumed)

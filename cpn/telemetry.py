@@ -251,9 +251,9 @@ class CountingMigrator:
         self._migrator = migrator
         self._telemetry = telemetry
 
-    def start(self, job: JobSpec, src: str, dst: str) -> None:
+    def start(self, job: JobSpec, src: str, dst: str, started_at: float | None = None) -> None:
         """Start the copy (the wrapped migrator's)."""
-        self._migrator.start(job, src, dst)
+        self._migrator.start(job, src, dst, started_at)
 
     def poll(self) -> list[MigrationDone]:
         """The wrapped migrator's finished copies, counted."""

@@ -11,7 +11,6 @@ from config.policies import SchedulerPolicy
 from config.runtime import runtime_settings
 from config.settings import Profile
 from cpn.bootstrap import Service, build_service
-from cpn.engine.lease import lease_ttl
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.store import StoreLeased
 from tasks.predictor import predictor_logs_in_prefect
@@ -58,7 +57,6 @@ def open_service(
         time_scale=time_scale,
         read_only=dry_run,
         purpose="schedule-round",
-        lease_ttl_s=lease_ttl(profile.loop.interval_s),
     )
     try:
         service.start()

@@ -34,8 +34,11 @@ class MigrationDone:
 class Migrator(Protocol):
     """Moves jobs' payloads between clusters."""
 
-    def start(self, job: JobSpec, src: str, dst: str) -> None:
-        """Begin copying `job`'s image and data from `src` to `dst`."""
+    def start(self, job: JobSpec, src: str, dst: str, started_at: float | None = None) -> None:
+        """Begin copying `job`'s image and data from `src` to `dst`. `started_at`: when a copy that another
+        process began (before a restart, a takeover, or in an earlier `schedule-round` run) started, which
+        this one goes on with (cpn.store_facts.CopyStarted): it finishes when that copy would have, and
+        moves only what the destination lacks (a registry copy skips the layers it has)."""
         ...
 
     def poll(self) -> list[MigrationDone]:

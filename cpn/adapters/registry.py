@@ -299,8 +299,9 @@ class SkopeoMigrator:
         self.results: dict[str, CopyResult] = {}
         """job id -> its last successful copy."""
 
-    def start(self, job: JobSpec, src: str, dst: str) -> None:
-        """Begin copying `job.image` from `src`'s registry to `dst`'s; returns at once.
+    def start(self, job: JobSpec, src: str, dst: str, started_at: float | None = None) -> None:
+        """Begin copying `job.image` from `src`'s registry to `dst`'s; returns at once. A copy another process
+        began (`started_at`) is made again: skopeo moves only the blobs the destination lacks.
 
         A job with nothing to copy, or a destination with no registry, finishes at once (ok or failed).
         """

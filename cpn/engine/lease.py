@@ -3,10 +3,12 @@
 Two schedulers on one store would each take the same free cards for their own, and one's restart
 reconciliation would queue again the jobs the other is migrating. So a process that writes
 decisions (`cpn run`, a `schedule-round` run that is not dry) first takes the store's lease
-(cpn.store `acquire_lease`), renews it every round, and stops the moment a renewal finds another
-holder. A process that stops releases it. One that died frees the store when its lease expires, or
-at once for a process on this host: a holder whose pid no longer runs here is taken over (a pid
-reused meanwhile only makes the newcomer wait for the expiry).
+(cpn.store `acquire_lease`) for a short term (LEASE_TTL_S), renews it on a thread of its own every third of
+that, however long its rounds take, and stops scheduling the moment its rounds find it lost (`check`):
+another holder took it, or it went unrenewed for its term. A process that stops releases it. One that
+died frees the store when its lease expires, within LEASE_TTL_S, so that a standby on another host (with no
+pid to look at) takes over within 10 s; at once for a process on this host: a holder whose pid no longer
+runs here is taken over (a pid reused meanwhile only makes the newcomer wait for the expiry).
 
 Fencing: while it holds the lease, the process's store carries the lease's term (JobStore.fence), and the
 store refuses every assignment, submission and simulated-cluster journal entry whose term the lease has
@@ -19,18 +21,17 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import time
 
-from cpn.store import JobStore, LeaseLost, StoreLeased
+from cpn.store import JobStore, LeaseLost, StoreError, StoreLeased
 
 log = logging.getLogger(__name__)
 
-MIN_TTL_S = 15.0
-"""The shortest lease: long enough that a slow round on a loaded machine does not lose it."""
-
-
-def lease_ttl(interval_s: float) -> float:
-    """How long a lease renewed once a round lasts: three rounds' interval, and at least `MIN_TTL_S`."""
-    return max(MIN_TTL_S, 3 * interval_s)
+LEASE_TTL_S = 6.0
+"""How long the lease lasts unrenewed. Its keeper renews it every third of this, on its own thread, so
+neither a long round nor a busy store for a moment loses it; a standby retrying every 2 s
+(cpn.engine.live.STANDBY_RETRY_S) takes a dead leader's over within 8 s."""
 
 
 def holder_name(purpose: str) -> str:
@@ -53,11 +54,11 @@ def gone_from_this_host(holder: str) -> bool:
 
 
 class SchedulerLease:
-    """The lease this process holds on `store`, in one term."""
+    """The lease this process holds on `store`, in one term, renewed by a keeper thread until released."""
 
-    def __init__(self, store: JobStore, purpose: str, ttl_s: float) -> None:
-        """Take the lease and fence `store` with its term (raises cpn.store.StoreLeased, naming the holder,
-        while another holds it)."""
+    def __init__(self, store: JobStore, purpose: str, ttl_s: float = LEASE_TTL_S) -> None:
+        """Take the lease, fence `store` with its term and start renewing it (raises cpn.store.StoreLeased,
+        naming the holder, while another holds it)."""
         self.store = store
         self.holder = holder_name(purpose)
         self.ttl_s = ttl_s
@@ -71,18 +72,60 @@ class SchedulerLease:
             store.release_lease(held.holder, held.term)
             self.term = store.acquire_lease(self.holder, ttl_s)
         store.fence(self.term)
+        self._renewed_at = time.monotonic()
+        self._lost: LeaseLost | None = None
+        self._stop = threading.Event()
+        self._keeper = threading.Thread(target=self._keep, name="scheduler-lease", daemon=True)
+        self._keeper.start()
+
+    def _keep(self) -> None:
+        """Renew every third of the ttl until released or lost; a store that fails for a moment is tried
+        again at the next turn (`check` says lost once a whole ttl passed unrenewed)."""
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                self.renew()
+            except LeaseLost as lost:
+                self._lost = lost
+                return
+            except StoreError as exc:
+                log.warning("could not renew the scheduler lease: %s", exc)
 
     def renew(self) -> None:
         """Extend the lease by its ttl from now; LeaseLost if another process holds it now."""
         if not self.store.renew_lease(self.holder, self.term, self.ttl_s):
+            raise self._lost_to("taken over")
+        self._renewed_at = time.monotonic()
+
+    def check(self) -> None:
+        """LeaseLost if this process may no longer schedule: another process holds the lease (read from the
+        store now, so a round finds it before it writes anything), or it went unrenewed for its ttl (the
+        store unreachable), after which another may have. Called before a round collects and before it
+        records a decision; the store's fencing refuses a fenced write made regardless."""
+        if self._lost is None:
+            held = self.store.lease()
+            if held is None or (held.holder, held.term) != (self.holder, self.term):
+                self._lost = self._lost_to("taken over")
+        if self._lost is not None:
+            raise self._lost
+        if time.monotonic() - self._renewed_at > self.ttl_s:
+            raise self._lost_to(f"not renewed within {self.ttl_s:g} s")
+
+    def _lost_to(self, why: str) -> LeaseLost:
+        try:
             now = self.store.lease()
-            by = f" to {now.holder} (term {now.term})" if now is not None else ""
-            raise LeaseLost(
-                f"{self.store.path}: {self.holder} lost the scheduler lease of term {self.term}{by} "
-                f"(not renewed within {self.ttl_s:g} s); it stops scheduling"
-            )
+        except StoreError:  # unreachable: who holds it now is not known
+            now = None
+        by = f" to {now.holder} (term {now.term})" if now is not None and now.term != self.term else ""
+        return LeaseLost(
+            f"{self.store.path}: {self.holder} lost the scheduler lease of term {self.term}{by} ({why}); "
+            "it stops scheduling"
+        )
 
     def release(self) -> None:
-        """Free the store for the next scheduler now (nothing happens if the lease was lost)."""
+        """Stop renewing, and free the store for the next scheduler now (nothing is freed if the lease was
+        lost)."""
+        self._stop.set()
+        if self._keeper is not threading.current_thread():
+            self._keeper.join(timeout=self.ttl_s)
         self.store.fence(None)
         self.store.release_lease(self.holder, self.term)

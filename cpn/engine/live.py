@@ -4,18 +4,20 @@ A round runs every `interval_s`, or as soon as something happens: a job arrives 
 listener wakes the loop), or, on simulated clusters, the next simulated event falls due. A stop
 request (SIGINT/SIGTERM in `cpn run`) lets the round in progress finish, then the loop returns.
 
-The scheduler renews the store's scheduler lease every round (cpn.engine.lease): the interval is what
-bounds the time between renewals. Losing the lease to another process (or a write refused for a term the
-lease has left, cpn.store.StaleTerm) ends the loop at once.
+The store's scheduler lease is renewed on its own thread (cpn.engine.lease); each round checks it. Losing
+it (another process took it over, it lapsed, or a write was refused for a term the lease has left,
+cpn.store.StaleTerm) ends the rounds at once.
 
-A replica that does not lead waits as a standby first (`standby`): it tries to take the lease every
-`STANDBY_RETRY_S` seconds and runs rounds once it has it.
+A replica that does not lead waits as a standby (`standby`): it tries to take the lease every
+`STANDBY_RETRY_S` seconds and runs rounds once it has it. `serve` goes round that cycle until stopped: a
+leader that loses the lease steps down and stands by again, instead of exiting.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -41,6 +43,28 @@ class Simulation(Protocol):
 
     def seconds_to_next_event(self) -> float | None:
         """Wall seconds until the next simulated event; None if none is due."""
+        ...
+
+
+class Leadership(Protocol):
+    """Whether this process leads the store's scheduling, and the moves between leading and standing by
+    (cpn.bootstrap.Service has them)."""
+
+    @property
+    def leads(self) -> bool:
+        """Whether this process holds the store's scheduler lease."""
+        ...
+
+    def try_lead(self) -> bool:
+        """Take the lease if it is free; whether this process leads now."""
+        ...
+
+    def start(self) -> None:
+        """Bring the service up to where the last leader left the store (before its first round as leader)."""
+        ...
+
+    def step_down(self) -> None:
+        """Lead no more: the lease was lost."""
         ...
 
 
@@ -110,6 +134,32 @@ class LiveLoop:
         if self.on_round is not None:
             self.on_round(result)
         return result
+
+    def serve(self, leadership: Leadership, every_s: float = STANDBY_RETRY_S) -> LoopStats:
+        """Lead or stand by until stopped: rounds while this process leads, and, while another does, a
+        standby's wait for the lease, then `start` and rounds. A leader that loses the lease (LeaseLost)
+        steps down and stands by again. A process that leads when called must have been started; a standby
+        tries to lead every `every_s` seconds."""
+        while not self._stop.is_set():
+            if not leadership.leads:
+                log.warning(
+                    "standby: another process leads the store; this one takes the lease when it is free"
+                )
+                waited = time.monotonic()
+                if not self.standby(leadership.try_lead, every_s):
+                    break
+                log.warning(
+                    "took the store's scheduler lease as a standby of %.1f s: leading; reconciling with the "
+                    "clusters",
+                    time.monotonic() - waited,
+                )
+                leadership.start()
+            try:
+                self.run()
+            except LeaseLost as lost:
+                log.warning("%s; standing by", lost)
+                leadership.step_down()
+        return self.stats
 
     def run(self) -> LoopStats:
         """Rounds until `stop`; a round that raises is logged and counted, and the loop goes on, except

@@ -13,10 +13,16 @@ from dataclasses import replace
 from cpn.decisions import QueueLines, shape_of
 from cpn.jobs import JobSpec, JobState
 from cpn.rules import MEMORY_MARGIN_GB
-from cpn.store import Change, JobStore
+from cpn.store import Change, JobRecord, JobStore
 
 
-def _learned(spec: JobSpec, change: Change) -> JobSpec:
+def learned_spec(record: JobRecord) -> JobSpec:
+    """A stored job's spec as policies see it while it is queued (`_learned`), from its record: what a job
+    whose copy is in flight is submitted with when the copy ends."""
+    return _learned(record.spec, record)
+
+
+def _learned(spec: JobSpec, change: Change | JobRecord) -> JobSpec:
     """The spec as policies see it: arriving when the store accepted it (what ages a job for
     reservations and ordering, live or replayed), with what its runs taught (the migrated image, and
     more memory after an OOM kill)."""
@@ -46,6 +52,12 @@ class QueueView:
         """shape -> its line in rank order, for the shapes unchanged since it was sorted"""
         self._pending: tuple[JobSpec, ...] | None = ()
         self._grouped: QueueLines | None = None
+
+    @property
+    def seen(self) -> int:
+        """The store's position (JobStore.changes_since) of the last transition `refresh` applied: what was
+        written with a transition (cpn.store_facts) is unchanged while it stays the same."""
+        return self._after
 
     def refresh(self) -> tuple[JobSpec, ...]:
         """Apply every transition recorded since the last refresh.

@@ -15,11 +15,17 @@ runs them in one call, the Prefect flow runs each as a task of its own, to time 
    explain, see `explain_every_s`).
 
 A dry run (`run_stages(..., dry_run=True)`) runs only `snapshot` and `decide`: it writes nothing.
-A scheduler given a `lease` (cpn.engine.lease) renews it before it collects and before it records a
-decision, and stops with LeaseLost once another process holds the store.
+A scheduler given a `lease` (cpn.engine.lease, renewed on its own thread) checks it before it collects and
+before it records a decision, and stops with LeaseLost once it is lost.
 
 `reconcile` runs once at start-up: it settles jobs a crash left between two transitions against
 what the clusters and the migrator say, so a restart loses nothing and submits nothing twice.
+
+Every fact a round decides by is in the store, written with the transition that creates it
+(cpn.store_facts): a preempted job's saved progress, the copies in flight, and (as the transitions
+themselves) the runs deleted on purpose. So a restarted `cpn run`, a `schedule-round` run (a new service
+each run) and a standby that takes over decide as the process that wrote them would have: the scheduler
+reads them back every round, and keeps in memory only caches of what it can work out again.
 
 Caches keyed by job (estimates, transfer rows, explored specs, waiting reasons written) hold only
 queued jobs: a service that has seen 100,000 jobs holds what one with the same queue holds.
@@ -35,7 +41,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import ChainMap, Counter
+from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -58,13 +64,14 @@ from cpn.decisions import (
 )
 from cpn.engine.forecast import Forecaster
 from cpn.engine.lease import SchedulerLease
-from cpn.engine.queue_view import QueueView
+from cpn.engine.queue_view import QueueView, learned_spec
 from cpn.inventory import Node, NodeState
-from cpn.jobs import Cause, IllegalTransition, JobSpec, JobState
+from cpn.jobs import ON_CLUSTER, Cause, IllegalTransition, JobSpec, JobState
 from cpn.policies.base import Policy, looked_forward_with
 from cpn.policies.placement import hold_cards
 from cpn.rules import EXCLUSIVE_REASON, is_sharing
-from cpn.store import JobStore, LeaseLost, UnknownJob
+from cpn.store import Copy, JobStore, LeaseLost, UnknownJob
+from cpn.store_facts import CopyStarted, SavedProgress
 from cpn.times import stamp
 from cpn.transfer import TransferTimes
 
@@ -75,6 +82,8 @@ UNEXPLAINED = "the policy gave no reason"
 
 RESTART_UNSUBMITTED = "restart: assigned but never submitted; queued again"
 RESTART_MIGRATION_LOST = "restart: its migration was interrupted; queued again"
+"""A migrating job whose copy the store does not know (a store from before cpn.store_facts, or a service
+without a migrator) is queued again at start-up; one whose copy it knows goes on with that copy."""
 
 MIGRATION_FAILED = "migration failed"
 MAX_MIGRATION_FAILURES = 3
@@ -123,6 +132,8 @@ class Reconciled:
     """Assigned jobs the clusters turned out to hold: recorded as submitted."""
     requeued: tuple[str, ...] = ()
     """Assigned jobs never submitted, and jobs whose migration was lost: queued again."""
+    copying: tuple[str, ...] = ()
+    """Migrating jobs whose copy, begun by another process (or before a restart), this one goes on with."""
 
 
 @dataclass(frozen=True)
@@ -297,13 +308,10 @@ class Scheduler:
         """job_id -> predicted end and cards of each running job (bounded by the jobs running)."""
         self.restart_s = RESTART_S
         """Seconds a resumed run restores its checkpoint before training (RESTART_S)."""
-        self._left: dict[str, float] = {}
-        """job_id -> fraction of its work left at the checkpoint it was preempted at, for each job this
-        scheduler preempted, until it ends: its estimates while queued, and its run's end, count only that
-        (bounded by the jobs preempted and not ended)."""
-        self._deleted: Counter[str] = Counter()
-        """job_id -> runs of it this scheduler deleted whose end the cluster has still to report: that
-        report is not the end of the job, which may already run again (bounded by the preemptions)."""
+        self._left: Mapping[str, float] = {}
+        """job_id -> fraction of its work left at the checkpoint it was preempted at, for each preempted job
+        not ended, as the store had it at the latest snapshot (JobStore.saved_progress): its estimates while
+        queued, and its run's end, count only that."""
         self._card_gb: dict[tuple[str, str], float] = {}
         """(cluster, node) -> GB per card, from the latest inventory (bounded by the node count)."""
         self.queue = QueueView(store)
@@ -314,9 +322,15 @@ class Scheduler:
         self._transfer_rows: dict[str, Mapping[str, float]] = {}
         self._transfer_from: dict[str, frozenset[str]] = {}
         """job_id -> the clusters holding its payload that its cached transfer row was worked out from."""
-        self._copying: dict[str, tuple[JobSpec, Placement]] = {}
-        """job_id -> the spec and placement of each job whose copy is under way (bounded by the copies):
-        the cards it is to run on, held in the snapshot until the copy ends and the job is submitted."""
+        self._copying: dict[str, Copy] = {}
+        """job_id -> each copy in flight, as the store had them at the latest snapshot or collect
+        (JobStore.copies): the cards it is to run on, held in the snapshot until the copy ends and the job is
+        submitted to them."""
+        self._facts_at = -1
+        """The store position (QueueView.seen) `_left` and `_copying` were read at."""
+        self._copies_here: set[str] = set()
+        """Jobs whose copy this process's migrator makes (started or gone on with, and not reported done):
+        a copy the store has and this set lacks is gone on with when the scheduler settles (`reconcile`)."""
         self._copies_done: list[MigrationDone] = []
         """Finished copies reported by the migrator and not applied yet (kept across a failed round)."""
         self._unsettled = False
@@ -347,10 +361,7 @@ class Scheduler:
         """Move jobs along as the clusters report them (running, succeeded, failed); an OOM kill
         re-plans the job (see `_replan_oom`)."""
         for event in events:
-            if event.reason == DELETED_REASON and self._deleted[event.job_id] > 0:
-                self._deleted[event.job_id] -= 1  # the run it stopped, not the job: queued or running again
-                if not self._deleted[event.job_id]:
-                    del self._deleted[event.job_id]
+            if self._deleted_on_purpose(event):  # the run it stopped, not the job: queued or running again
                 continue
             if _oom_killed(event) and self._replan_oom(event):
                 continue
@@ -363,6 +374,21 @@ class Scheduler:
                 log_tail=event.log_tail,
                 cause=Cause.OOM_KILLED if _oom_killed(event) else Cause.NONE,
             )
+
+    def _deleted_on_purpose(self, event: JobEvent) -> bool:
+        """Whether `event` ends a run cpn deleted (reason DELETED_REASON) after recording what that meant
+        for the job: a move off its cluster (queued again by a preemption or a lost cluster, or cancelled)
+        at or after the event's time, as the store's history has it. That end is not the job's, which may
+        run again by now; a restarted simulator, replaying its journal, reports it again, and it is the
+        same. A deleted run whose move was never recorded (a stop between the two) ends the job."""
+        if event.reason != DELETED_REASON:
+            return False
+        try:
+            history = self.store.history(event.job_id)
+        except UnknownJob:
+            return False
+        off = (JobState.QUEUED, JobState.CANCELLED)
+        return any(t.from_state in ON_CLUSTER and t.to_state in off and t.time >= event.time for t in history)
 
     def _retries(self, job_id: str, cause: Cause) -> int:
         """How many of the job's recorded transitions were for `cause` (OOM kills, failed copies), counted
@@ -404,17 +430,21 @@ class Scheduler:
         (see `_hold_copying`), running the copied image, so a job goes where its image went; a refusal
         queues it again there (`submit`), its payload now held there as well as where it was. A failed
         copy queues the job again where it was, with the reason (the policy may pick another cluster or
-        retry), until the `MAX_MIGRATION_FAILURES`th failure fails the job."""
+        retry), until the `MAX_MIGRATION_FAILURES`th failure fails the job. A copy whose job is no longer
+        migrating (cancelled, or settled by a restart meanwhile) changes nothing."""
         for m in done:
             copying = self._copying.get(m.job_id)
             self._running.pop(m.job_id, None)  # its held cards' predicted end: worked out again once it runs
-            if m.ok and copying is not None:
-                spec, placement = copying
-                if self._state(m.job_id) == JobState.MIGRATING and placement.cluster == m.cluster:
+            if self._state(m.job_id) != JobState.MIGRATING:
+                pass  # settled meanwhile: nothing to apply
+            elif m.ok and copying is not None:
+                if copying.placement.cluster == m.cluster:
+                    spec = self._copied_spec(copying)
                     spec = replace(spec, image=m.image) if m.image else spec
-                    self._submit_one(spec, placement, copied=m)
-            elif m.ok and self._state(m.job_id) == JobState.MIGRATING:
-                # a copy this scheduler did not start (it restarted): the job chooses again
+                    self._submit_one(spec, copying.placement, copied=m)
+            elif m.ok:
+                # a copy the store has no record of (a store from before its copies were kept): the job
+                # chooses again
                 self._move(
                     m.job_id,
                     JobState.QUEUED,
@@ -428,7 +458,9 @@ class Scheduler:
                 failures = self._retries(m.job_id, Cause.MIGRATION_FAILED)
                 state = JobState.FAILED if failures + 1 >= MAX_MIGRATION_FAILURES else JobState.QUEUED
                 self._move(m.job_id, state, reason=reason, at=m.time, cause=Cause.MIGRATION_FAILED)
-            self._copying.pop(m.job_id, None)  # settled: a round that failed before this line sees it again
+            # settled: a round that failed before these lines sees it again
+            self._copying.pop(m.job_id, None)
+            self._copies_here.discard(m.job_id)
 
     def _state(self, job_id: str) -> JobState | None:
         """The job's state in the store; None for a job it does not know."""
@@ -440,9 +472,9 @@ class Scheduler:
     def collect(self) -> list[JobEvent]:
         """Stage 1: apply the clusters' events and finished migrations; returns the events."""
         if self.lease is not None:
-            self.lease.renew()
+            self.lease.check()
         if self._unsettled:  # before anything else: what the failed round left between two transitions
-            self.reconcile(self.gateway.held_jobs(), frozenset(self._copying))
+            self.reconcile(self.gateway.held_jobs())
             self._unsettled = False
         if self.cluster_book is not None and self.cluster_book():
             self._transfer_from.clear()
@@ -453,6 +485,8 @@ class Scheduler:
             # Copies the migrator reported stay here until applied: a round that fails half-way (the
             # store unreachable) applies the rest next round instead of losing them.
             self._copies_done.extend(self.migrator.poll())
+            if self._copies_done:  # the copies as the store has them now: the spec and cards of each
+                self._copying = {c.placement.job_id: c for c in self.store.copies()}
             while self._copies_done:
                 self.apply_migrations(self._copies_done[:1])
                 del self._copies_done[0]
@@ -483,27 +517,20 @@ class Scheduler:
             )
         return cancelled
 
-    def follow_copies(self) -> None:
-        """Hold the cards of the jobs the store has migrating, as the scheduler that started their copies
-        holds them (`_hold_copying`): a read-only service beside it (a dry run) then decides as it does."""
-        for record in self.store.jobs(JobState.MIGRATING):
-            if record.placement and record.cluster:
-                (node, cards), *extra = record.placement
-                gang = Placement(record.job_id, record.cluster, node, cards, tuple(extra))
-                self._copying.setdefault(record.job_id, (record.spec, gang))
-
-    def reconcile(self, held: frozenset[str], migrating: frozenset[str] = frozenset()) -> Reconciled:
+    def reconcile(self, held: frozenset[str]) -> Reconciled:
         """Settle, at start-up and after a failed round, jobs a stop left between two transitions.
 
         `held`: the ids of jobs the clusters hold for cpn (submitted, running or finished but not yet
-        reported); `migrating`: copies the migrator is still making. An assigned job the clusters hold
-        was submitted before the stop: it is recorded as such; one they do not hold was never submitted
-        and is queued again. A migrating job the clusters hold was submitted as its copy ended; one whose
-        copy is not going on is queued again (the copy starts over if the policy still picks that
-        cluster). Events the clusters report afterwards
-        move the rest along as usual.
+        reported). An assigned job the clusters hold was submitted before the stop: it is recorded as such;
+        one they do not hold was never submitted and is queued again. A migrating job the clusters hold was
+        submitted as its copy ended. One whose copy the store has (cpn.store_facts.CopyStarted) and this
+        process's migrator is not making is gone on with from when it began: it ends when it would have, on
+        the cards held for it, and nothing is copied twice. One whose copy the store lacks is queued again
+        (the copy starts over if the policy still picks that cluster). Events the clusters report
+        afterwards move the rest along as usual.
         """
-        submitted, requeued = [], []
+        submitted, requeued, resumed = [], [], []
+        copies = {c.placement.job_id: c for c in self.store.copies()}
         for record in self.store.jobs([JobState.ASSIGNED, JobState.MIGRATING]):
             job_id = record.job_id
             if job_id in held:  # assigned, or copied, and submitted just before the stop
@@ -512,10 +539,19 @@ class Scheduler:
             elif record.state == JobState.ASSIGNED:
                 self.store.transition(job_id, JobState.QUEUED, reason=RESTART_UNSUBMITTED)
                 requeued.append(job_id)
-            elif job_id not in migrating:
+            elif job_id in self._copies_here:
+                continue
+            elif job_id in copies and self.migrator is not None:
+                copy = copies[job_id]
+                self.migrator.start(
+                    self._copied_spec(copy), copy.source, copy.placement.cluster, started_at=copy.started_at
+                )
+                self._copies_here.add(job_id)
+                resumed.append(job_id)
+            else:
                 self.store.transition(job_id, JobState.QUEUED, reason=RESTART_MIGRATION_LOST)
                 requeued.append(job_id)
-        return Reconciled(tuple(submitted), tuple(requeued))
+        return Reconciled(tuple(submitted), tuple(requeued), tuple(resumed))
 
     def forget_estimates(self) -> None:
         """Estimate every queued job again at the next snapshot (a job's estimates are otherwise kept from
@@ -544,6 +580,16 @@ class Scheduler:
         spec = self._exclusive.get(job_id)
         if spec is None:
             spec = self.queue.spec(job_id) if self.queue.holds(job_id) else self.store.get(job_id).spec
+        return self._with_team_interval(spec)
+
+    def _copied_spec(self, copy: Copy) -> JobSpec:
+        """The spec a job whose copy is in flight was placed by, and is submitted with once it ends (`_spec`
+        as it was when the copy began: the store keeps whether it runs on whole cards)."""
+        spec = learned_spec(copy.record)
+        return self._with_team_interval(replace(spec, gpu_share=None) if copy.whole_cards else spec)
+
+    def _with_team_interval(self, spec: JobSpec) -> JobSpec:
+        """`spec` with its team's checkpoint interval when it gives none (Teams.checkpoint_interval)."""
         if self.teams is not None and spec.checkpoint_interval_s is None:
             interval = self.teams.checkpoint_interval(spec)
             if interval is not None:
@@ -584,6 +630,10 @@ class Scheduler:
         """
         entering = self.queue.refresh()
         self._prune()
+        if self.queue.seen != self._facts_at:  # facts change only with transitions
+            self._left = self.store.saved_progress()
+            self._copying = {c.placement.job_id: c for c in self.store.copies()}
+            self._facts_at = self.queue.seen
         nodes = self.gateway.inventory()
         node_set = tuple(state.node for state in nodes)
         if node_set != self._node_set:
@@ -635,7 +685,8 @@ class Scheduler:
         """`nodes` with the cards and CPU of the jobs being copied to them taken, as if those jobs ran
         there: no other job takes them meanwhile, and the job is submitted to them when its copy ends.
         A sharing job's card is not held (the cluster picks which card it shares when it is submitted)."""
-        return hold_cards(nodes, [(spec, p) for spec, p in self._copying.values() if not is_sharing(spec)])
+        held = [(self._copied_spec(c), c.placement) for c in self._copying.values()]
+        return hold_cards(nodes, [(spec, p) for spec, p in held if not is_sharing(spec)])
 
     def _running_jobs(self, nodes: tuple[NodeState, ...]) -> Mapping[str, RunningJob]:
         """Predicted end and whole cards of each job running on `nodes`, worked out once per job from
@@ -644,8 +695,6 @@ class Scheduler:
         running = dict.fromkeys(job_id for state in nodes for job_id in state.running)
         for job_id in [j for j in self._running if j not in running]:
             del self._running[job_id]
-            if not self.queue.holds(job_id):
-                self._left.pop(job_id, None)
         new = [job_id for job_id in running if job_id not in self._running]  # inventory order: replays repeat
         if new:
             gpu_of = {(s.node.cluster, s.node.name): s.node.gpu_type for s in nodes}
@@ -762,7 +811,7 @@ class Scheduler:
         """Stage 4: record rejections and assignments; returns (placements that must first migrate their
         job's image and data, placements that can be submitted now)."""
         if self.lease is not None:  # the decide stage may have outlasted it
-            self.lease.renew()
+            self.lease.check()
         self._unvetted = {}
         self.preempt(decision)
         for job_id in [*(r.job_id for r in decision.rejections), *(p.job_id for p in decision.placements)]:
@@ -792,7 +841,8 @@ class Scheduler:
         """Carry out the decision's preemptions (cpn.policies.preemption): delete each job through the
         gateway with its grace period, then queue it again, recording the reason, the cards reclaimed and
         the GPU-hours lost (cause `preempted`). The cluster keeps the progress of its last checkpoint, and
-        the gateway gives its next run a new name generation, so nothing runs twice. A job that ended
+        the gateway gives its next run a new name generation, so nothing runs twice; the fraction of its
+        work that checkpoint left is stored with the move (cpn.store_facts.SavedProgress). A job that ended
         meanwhile, or whose delete the cluster refuses, is left as it is; returns how many were stopped."""
         stopped = 0
         for p in decision.preemptions:
@@ -803,8 +853,7 @@ class Scheduler:
             except Exception:  # one cluster's failure must not hold up the round
                 log.exception("could not preempt %s; it keeps running", p.job_id)
                 continue
-            self._deleted[p.job_id] += 1
-            self._keep_checkpoint(p.job_id)
+            left = self._left_at_checkpoint(p.job_id)
             cards = ", ".join(f"{key} x{n}" for key, n in p.cards)
             stopped += self._move(
                 p.job_id,
@@ -812,22 +861,21 @@ class Scheduler:
                 reason=f"preempted for {p.for_job}: {p.reason}; cards {cards}; "
                 f"{p.lost_gpu_hours:.3f} GPU-hours lost since its last checkpoint",
                 cause=Cause.PREEMPTED,
+                fact=None if left is None else SavedProgress(left),
             )
             self._running.pop(p.job_id, None)
         return stopped
 
-    def _keep_checkpoint(self, job_id: str) -> None:
-        """Remember the fraction of a stopped job's work left at its last checkpoint (`_left`), which its
-        next run starts from; unchanged when unknown (no checkpoints: its next run starts over)."""
+    def _left_at_checkpoint(self, job_id: str) -> float | None:
+        """The fraction of a job's work its run, stopped now, leaves at its last checkpoint, which its next
+        run starts from; None when unknown (no checkpoints: the progress saved before, if any, stands)."""
         running = self._running.get(job_id)
         if running is None or running.gpu_type is None or not running.checkpoint_interval_s:
-            return
+            return None
         if running.gpu_type not in running.estimates:
             whole = self._whole_estimates(self._spec(job_id), running.gpu_type, (running.gpu_type,))
             running = replace(running, estimates=whole)
-        left = running.left_at_checkpoint(self.clock.now(), running.gpu_type)
-        if left is not None:
-            self._left[job_id] = left
+        return running.left_at_checkpoint(self.clock.now(), running.gpu_type)
 
     def migrate(self, placements: list[Placement]) -> int:
         """Stage 5a: start copying each job's image and data to its chosen cluster, from the cluster
@@ -838,10 +886,13 @@ class Scheduler:
             spec = self._spec(placement.job_id)
             src = self._copy_source(spec, holders, placement.cluster)
             self.store.transition(
-                placement.job_id, JobState.MIGRATING, reason=f"{src} -> {placement.cluster}"
+                placement.job_id,
+                JobState.MIGRATING,
+                reason=f"{src} -> {placement.cluster}",
+                fact=CopyStarted(src, whole_cards=placement.job_id in self._exclusive),
             )
             assert self.migrator is not None, "placements to migrate come only with a migrator"
-            self._copying[placement.job_id] = (spec, placement)
+            self._copies_here.add(placement.job_id)
             self.migrator.start(spec, src, placement.cluster)
         return len(placements)
 

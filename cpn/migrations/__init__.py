@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-HEAD = "0008"
+HEAD = "0009"
 """The newest revision in versions/: the schema this cpn reads and writes (a test checks it is)."""
 
 _LOCATION = "cpn:migrations"

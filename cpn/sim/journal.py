@@ -115,11 +115,17 @@ class JournaledGateway:
     def __init__(self, gateway: SimulatedGateway, journal: Journal) -> None:
         self.sim = gateway
         self.journal = journal
+        self._known = 0
+        """Entries the simulator has (replayed, or written through this gateway): a replica that led, lost
+        its lease and leads again replays only the entries its successor wrote meanwhile."""
 
     def restore(self) -> int:
-        """Replay the journal into the (fresh) simulator; returns how many submissions were replayed."""
+        """Replay into the simulator the journal's entries it lacks (all of them into a fresh one); returns
+        how many submissions were replayed."""
         submitted = 0
-        for entry in self.journal.entries():
+        entries = self.journal.entries()[self._known :]
+        self._known += len(entries)
+        for entry in entries:
             self.sim.advance(max(entry.time, self.sim.clock.now()))
             if entry.deleted is not None:
                 self.sim.delete(entry.deleted)
@@ -142,11 +148,13 @@ class JournaledGateway:
         except BaseException:
             self.sim.withdraw(job.job_id)
             raise
+        self._known += 1
 
     def delete(self, job_id: str, grace_s: float | None = None) -> None:
         """Delete in the simulator; journal it once done."""
         self.sim.delete(job_id, grace_s)
         self.journal.record_delete(self.sim.clock.now(), job_id)
+        self._known += 1
 
     def logs(self, job_id: str, tail_lines: int) -> str:
         """The simulator's synthetic log of the job."""

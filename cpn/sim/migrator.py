@@ -22,11 +22,14 @@ class SimulatedMigrator:
         self.total_s = 0.0
         """Seconds of transfer started so far (a run's `transfer_s_total`)."""
 
-    def start(self, job: JobSpec, src: str, dst: str) -> None:
-        """Schedule the copy's completion."""
+    def start(self, job: JobSpec, src: str, dst: str, started_at: float | None = None) -> None:
+        """Schedule the copy's completion: its transfer time after it started (`started_at` for one another
+        process began, whose time was counted there: not counted again in `total_s`)."""
         seconds = self.transfers.seconds(job, src, dst)
-        self.total_s += seconds
-        heapq.heappush(self._heap, (self.clock.now() + seconds, self._seq, job.job_id, dst))
+        if started_at is None:
+            self.total_s += seconds
+        began = self.clock.now() if started_at is None else started_at
+        heapq.heappush(self._heap, (began + seconds, self._seq, job.job_id, dst))
         self._seq += 1
 
     def poll(self) -> list[MigrationDone]:

@@ -11,6 +11,7 @@ from prefect.client.orchestration import get_client
 from config.runtime import runtime_settings
 from config.settings import load_profile
 from cpn.adapters.gateway import OOM_REASON
+from cpn.engine.scheduler import RESTART_MIGRATION_LOST, RESTART_UNSUBMITTED
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.jobs import JobState
 from cpn.sim import generated
@@ -81,15 +82,28 @@ def test_a_round_submits_through_every_stage_and_only_to_the_clusters_asked(pref
     names, _ = asyncio.run(latest_round(state.state_details.flow_run_id))
     assert ROUND_STAGES <= names
 
-    again = schedule_round(policy="greedy", clusters=["gz-v100"], estimates="oracle")
-    # The next run resumes the same store and simulated clusters: what was submitted stays submitted (a
-    # copy in flight is not: the simulated migrator keeps no journal, and reconcile queues it again), but
-    # a job OOM-killed meanwhile is queued again for a larger card (re-planning), however long that took.
+    assert result.migrating > 0, "some jobs' payloads are elsewhere: copies in flight between the runs"
     with JobStore(home / "jobs.db") as store:
-        replanned = sum(
-            any(t.reason.startswith(OOM_REASON) for t in store.history(r.job_id)) for r in store.jobs()
-        )
-    assert again.pending == 12 - result.placed + replanned
+        in_flight = {c.placement.job_id: c for c in store.copies()}
+    assert len(in_flight) == result.migrating
+
+    again = schedule_round(policy="greedy", clusters=["gz-v100"], estimates="oracle")
+    # The next run resumes the same store and simulated clusters: what was submitted stays submitted, every
+    # copy in flight goes on from where the store has it (never queued again, never copied twice) and holds
+    # its cards, and a job OOM-killed meanwhile is queued again for a larger card (re-planning).
+    with JobStore(home / "jobs.db") as store:
+        histories = {r.job_id: store.history(r.job_id) for r in store.jobs()}
+        still = {c.placement.job_id: c for c in store.copies()}
+    replanned = sum(any(t.reason.startswith(OOM_REASON) for t in h) for h in histories.values())
+    settled = [t.reason for h in histories.values() for t in h if t.reason.startswith("restart:")]
+    assert not [r for r in settled if r in (RESTART_MIGRATION_LOST, RESTART_UNSUBMITTED)], settled
+    for job_id, copy in in_flight.items():
+        moves = [t.to_state for t in histories[job_id]]
+        assert moves.count(JobState.MIGRATING) == 1, f"{job_id} copied once: {moves}"
+        assert moves.count(JobState.QUEUED) == 1, f"{job_id} never queued again: {moves}"
+        if job_id in still:  # still copying: the same copy, from when it began
+            assert (still[job_id].source, still[job_id].started_at) == (copy.source, copy.started_at)
+    assert again.pending == 12 - result.placed - result.migrating + replanned
 
 
 def test_an_unknown_cluster_fails_the_round_and_names_the_known_ones(prefect_harness, home):

@@ -47,7 +47,7 @@ class ScriptedMigrator:
         self.started: list[tuple[str, str, str]] = []
         self._done: list[MigrationDone] = []
 
-    def start(self, job, src, dst) -> None:
+    def start(self, job, src, dst, started_at=None) -> None:
         self.started.append((job.job_id, src, dst))
         self._done.append(self.outcome(job.job_id, dst))
 

@@ -10,13 +10,14 @@ from types import MappingProxyType
 import pytest
 
 from cpn.clock import SimClock
-from cpn.decisions import Decision, Preemption, RunningJob, Team
+from cpn.decisions import RESTART_S, Decision, Preemption, RunningJob, Team
 from cpn.engine.scheduler import Scheduler
 from cpn.intake import parse_manifests
 from cpn.jobs import Cause, JobSpec, JobState
 from cpn.policies import make_policy
 from cpn.policies.fifo import FifoPolicy
 from cpn.policies.preemption import GRACE_S
+from cpn.sim.estimates import OracleEstimates
 from cpn.sim.gateway import SimulatedGateway, Stopped
 from cpn.sim.truth import LOAD_S, GroundTruth
 from cpn.store import JobStore
@@ -145,16 +146,21 @@ class _Generations(SimulatedGateway):
 def test_the_scheduler_stops_a_victim_once_and_resubmits_it_once_under_its_next_generation():
     """Stopped at 250 s (checkpoints every 100 s) the run keeps 2,000 of its 3,000 steps; the job is queued
     again with cause `preempted`, a second preemption of it while queued deletes nothing, the deleted run's
-    end is no transition of the job's, and the next round submits it once, as generation 1, which a
-    scheduler built again on the same store (a restart) still knows."""
+    end is no transition of the job's, and the next round submits it once, as generation 1. A scheduler
+    built again on the same store (a restart) still knows all of it: the generation, and the progress saved,
+    so it estimates the job from its checkpoint (a third of its work and the restart) and predicts the
+    resumed run's end as the simulator has it."""
     clock = SimClock()
     store = JobStore(":memory:", clock=clock)
     gateway = _Generations((V100,), GroundTruth(TABLE), clock)
-    scheduler = Scheduler(store, gateway, FifoPolicy(), clock, forecast=False)
-    store.submit([sim_job("bulk/j", steps=3000, checkpoint_interval_s=100.0)])
+    oracle = OracleEstimates(TABLE)
+    scheduler = Scheduler(store, gateway, FifoPolicy(), clock, estimator=oracle, forecast=False)
+    spec = sim_job("bulk/j", steps=3000, checkpoint_interval_s=100.0)
+    store.submit([spec])
     assert scheduler.round().placed == 1
     gateway.advance(250.0)
     scheduler.collect()  # running
+    assert "bulk/j" in scheduler.snapshot().running  # what the round's decision sees
     stop = Preemption("bulk/j", "a/x", "team a reclaims", ((f"{V100.cluster}/{V100.name}", 1),), 0.01, 30.0)
     assert scheduler.preempt(Decision(preemptions=(stop,))) == 1
     assert scheduler.preempt(Decision(preemptions=(stop,))) == 0  # queued now: nothing to delete
@@ -162,10 +168,18 @@ def test_the_scheduler_stops_a_victim_once_and_resubmits_it_once_under_its_next_
     assert (last.to_state, last.cause) == (JobState.QUEUED, Cause.PREEMPTED)
     assert last.reason.startswith("preempted for a/x: team a reclaims; cards b/v100-0 x1; 0.010 GPU-hours")
     assert gateway.checkpointed == {"bulk/j": 2000.0}
+    assert store.saved_progress() == {"bulk/j": pytest.approx(1 / 3)}
 
-    restarted = Scheduler(store, gateway, FifoPolicy(), clock, forecast=False)
+    restarted = Scheduler(store, gateway, FifoPolicy(), clock, estimator=oracle, forecast=False)
+    whole = oracle.estimates((spec,), ("v100",))["bulk/j"]["v100"].runtime_s
+    assert whole == pytest.approx(300.0)
+    queued = restarted.snapshot().estimates["bulk/j"]["v100"].runtime_s
+    assert queued == pytest.approx(RESTART_S + whole / 3), "1,000 of its 3,000 steps left, and the restart"
     assert restarted.round().placed == 1
     assert gateway.generations == [("bulk/j", 0), ("bulk/j", 1)]
+    restarted.collect()
+    predicted = restarted.snapshot().running["bulk/j"].end
+    assert predicted == pytest.approx(gateway.next_event_time()) == pytest.approx(250.0 + LOAD_S + 100.0)
     gateway.advance(gateway.next_event_time())
     restarted.round()
     states = [t.to_state for t in store.history("bulk/j")]
@@ -181,6 +195,7 @@ def test_the_scheduler_stops_a_victim_once_and_resubmits_it_once_under_its_next_
         JobState.SUCCEEDED,
     ]
     assert store.get("bulk/j").updated_at == pytest.approx(250.0 + LOAD_S + 100.0)
+    assert store.saved_progress() == {}, "forgotten once the job ended"
 
 
 def test_the_forward_look_replays_the_policy_a_preempting_one_wraps():

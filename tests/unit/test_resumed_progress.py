@@ -113,3 +113,21 @@ def test_a_job_moved_in_one_decision_is_not_failed_by_the_end_of_the_run_it_left
         JobState.RUNNING,
         JobState.SUCCEEDED,
     ]
+
+
+def test_after_a_restart_the_end_of_the_run_a_job_left_is_still_not_its_end():
+    """As above, but the process stops before it collects that end: the scheduler built again over the store
+    knows from the job's history that the run was deleted on purpose (a simulator replaying its journal
+    reports that end again, and it is skipped alike), and from the progress stored with the preemption when
+    the resumed run ends."""
+    scheduler, gateway, policy, store = running_on_the_k80_for_1000_s()
+    policy.next = Decision(
+        placements=(Placement(JOB.job_id, V100.cluster, V100.name, 1),), preemptions=(stop(JOB.job_id),)
+    )
+    assert scheduler.round().placed == 1
+    restarted = Scheduler(
+        store, gateway, policy, scheduler.clock, estimator=OracleEstimates(TABLE), forecast=False
+    )
+    restarted.collect()
+    assert store.get(JOB.job_id).state == JobState.RUNNING
+    resumed_end_matches_the_simulators(restarted, gateway)

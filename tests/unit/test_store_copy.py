@@ -11,6 +11,7 @@ from cpn.decisions import Waiting
 from cpn.jobs import JobSpec, JobState
 from cpn.store import JobStore, StoreCopyUnfinished, StoreError, StoreLeased
 from cpn.store_copy import copy_store
+from cpn.store_facts import CopyStarted, SavedProgress
 
 
 def fill(store: JobStore, clock: SimClock) -> None:
@@ -30,8 +31,11 @@ def fill(store: JobStore, clock: SimClock) -> None:
     )
     store.transition("ns/j2", JobState.SCHEDULE_FAILED, reason="no node has 2 GPUs")
     store.transition("ns/j3", JobState.ASSIGNED, cluster="bj", node="n3")
-    store.transition("ns/j3", JobState.QUEUED, reason="replan", needs_more_than_gb=12.0)
-    store.transition("ns/j4", JobState.ASSIGNED, cluster="bj", node="n4")
+    store.transition(
+        "ns/j3", JobState.QUEUED, reason="replan", needs_more_than_gb=12.0, fact=SavedProgress(0.4)
+    )
+    store.transition("ns/j4", JobState.ASSIGNED, cluster="bj", node="n4", placement=[("n4", 2)])
+    store.transition("ns/j4", JobState.MIGRATING, fact=CopyStarted("sh", whole_cards=True))
     assert store.cancel("ns/j4", "alice").status == "requested"
     store.acquire_lease("host:1:cpn run", 60.0)
     store.release_lease("host:1:cpn run", 1)
@@ -46,6 +50,8 @@ def contents(store: JobStore) -> tuple:
         store.page(limit=4),
         store.counts(),
         store.cancel_requests(),
+        store.saved_progress(),
+        store.copies(),
     )
 
 
@@ -60,17 +66,19 @@ def source(tmp_path):
 def test_a_copy_holds_every_job_and_transition_and_new_jobs_follow_them(source, store_target):
     seen = []
     result = copy_store(source, store_target, batch=3, progress=lambda *p: seen.append(p))
-    assert (result.jobs, result.transitions, result.resumed) == (7, 16, False)
+    assert (result.jobs, result.transitions, result.resumed) == (7, 17, False)
     assert seen == [("jobs", 3, 7), ("jobs", 6, 7), ("jobs", 7, 7)] + [
-        ("transitions", n, 16) for n in (3, 6, 9, 12, 15, 16)
+        ("transitions", n, 17) for n in (3, 6, 9, 12, 15, 17)
     ]
     with JobStore(source) as original, JobStore(store_target, SimClock(500.0)) as copy:
         assert contents(copy) == contents(original)
         assert copy.get("ns/j0").waiting.predicted_start == 50.0
+        assert copy.saved_progress() == {"ns/j3": 0.4}
+        assert [c.placement.job_id for c in copy.copies()] == ["ns/j4"]
         assert copy.lease() is None  # the copy's first scheduler takes its own
         copy.submit([JobSpec(job_id="ns/new", model="ResNet-50")])
         position, changes = copy.changes_since(original.changes_since(0)[0])
-        assert [c.job_id for c in changes] == ["ns/new"] and position > 16
+        assert [c.job_id for c in changes] == ["ns/new"] and position > 17
         assert copy.jobs()[-1].job_id == "ns/new"
 
 
@@ -87,7 +95,7 @@ def test_an_interrupted_copy_is_refused_until_the_same_command_finishes_it(sourc
     with pytest.raises(StoreError, match="unfinished copy from"):
         copy_store(source.with_name("other.db"), store_target)
     result = copy_store(source, store_target, batch=3)
-    assert (result.jobs, result.transitions, result.resumed) == (7, 16, True)
+    assert (result.jobs, result.transitions, result.resumed) == (7, 17, True)
     with JobStore(source) as original, JobStore(store_target) as copy:
         assert contents(copy) == contents(original)
 
@@ -121,14 +129,14 @@ def test_refuses_a_destination_with_jobs_and_a_source_a_scheduler_holds(source, 
 def test_the_command_copies_and_reports_progress(source, tmp_path, capsys):
     assert main(["store", "copy", str(source), str(tmp_path / "copy.db"), "--batch", "5"]) == 0
     out, err = capsys.readouterr()
-    assert out == f"copied 7 jobs and 16 transitions into {tmp_path / 'copy.db'}; the counts match\n"
+    assert out == f"copied 7 jobs and 17 transitions into {tmp_path / 'copy.db'}; the counts match\n"
     assert err.splitlines() == [
         "jobs: 5 of 7 copied",
         "jobs: 7 of 7 copied",
-        "transitions: 5 of 16 copied",
-        "transitions: 10 of 16 copied",
-        "transitions: 15 of 16 copied",
-        "transitions: 16 of 16 copied",
+        "transitions: 5 of 17 copied",
+        "transitions: 10 of 17 copied",
+        "transitions: 15 of 17 copied",
+        "transitions: 17 of 17 copied",
     ]
     assert main(["store", "copy", str(source), str(tmp_path / "copy.db")]) == 1
     assert "holds 7 jobs already" in capsys.readouterr().err

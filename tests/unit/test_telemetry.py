@@ -150,7 +150,7 @@ class Migrator:
     def __init__(self, done: list[MigrationDone]) -> None:
         self.done, self.started = done, []
 
-    def start(self, job: JobSpec, src: str, dst: str) -> None:
+    def start(self, job: JobSpec, src: str, dst: str, started_at: float | None = None) -> None:
         self.started.append((job.job_id, src, dst))
 
     def poll(self) -> list[MigrationDone]:
