@@ -70,9 +70,9 @@ def benchmark_nodes(
     when scores changed, retrain the predictor. `config_dir` (default CPN_CONFIG, else the demo's) holds
     clusters.yaml and the optional benchmarking.yaml; `throughputs` is the simulated clusters' truth
     (default Gavel's table), `training_table` the predictor's (default: `throughputs`; another where the
-    simulated world has card types no measured table has). The clusters are the job store's cluster set (`store`,
-    default this cpn home's: one added while cpn runs is benchmarked as soon as it joins), the config's
-    where no service has run on it. A dry run prints the plan and stops."""
+    simulated world has card types no measured table has). The clusters are the job store's cluster set
+    (`store`, default this cpn home's: one added while cpn runs is benchmarked as soon as it joins), the
+    config's where no service has run on it. A dry run prints the plan and stops."""
     logger = get_run_logger()
     folder = config_dir or str(runtime_settings().config_dir)
     profile, settings = load_profile(folder), load_benchmarking(folder)
