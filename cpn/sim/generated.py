@@ -8,7 +8,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import replace
 
-from config.settings import DEFAULT_CPU_THRESHOLD, ClustersConfig
+from config.policies import DEFAULT_CPU_THRESHOLD
+from config.settings import ClustersConfig
 from cpn.formats.manifests import slug, to_manifest
 from cpn.formats.throughput import ThroughputTable
 from cpn.intake import parse_manifests
