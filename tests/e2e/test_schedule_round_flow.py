@@ -18,7 +18,7 @@ from cpn.sim import generated
 from cpn.store import JobStore
 from flows.schedule import schedule_round
 from models.registry import champion_version
-from tests.e2e.stages import ROUND_STAGES
+from tests.e2e.stages import ROUND_STAGES, task_names
 
 pytestmark = pytest.mark.e2e
 
@@ -41,10 +41,11 @@ def states(home) -> dict[JobState, int]:
         return {state: n for state, n in store.counts().items() if n}
 
 
-async def latest_round(flow_run_id) -> tuple[set[str], list]:
+async def latest_round(flow_run_id, expected: frozenset[str] = frozenset()) -> tuple[set[str], list]:
+    """The task names of a round's flow run (once `expected` are recorded: stages.task_names) and its
+    decision table artifacts."""
+    names = await task_names(flow_run_id, expected)
     async with get_client() as client:
-        tasks = await client.read_task_runs()
-        names = {t.name.rsplit("-", 1)[0] for t in tasks if t.flow_run_id == flow_run_id}
         artifacts = await client.read_artifacts()
         table = [a for a in artifacts if a.key == "schedule-round" and a.flow_run_id == flow_run_id]
         return names, table
@@ -79,7 +80,7 @@ def test_a_round_submits_through_every_stage_and_only_to_the_clusters_asked(pref
         started = [r for r in store.jobs() if r.state != JobState.QUEUED]
     assert started and all(r.cluster == "gz-v100" for r in started)
 
-    names, _ = asyncio.run(latest_round(state.state_details.flow_run_id))
+    names, _ = asyncio.run(latest_round(state.state_details.flow_run_id, ROUND_STAGES))
     assert ROUND_STAGES <= names
 
     assert result.migrating > 0, "some jobs' payloads are elsewhere: copies in flight between the runs"
