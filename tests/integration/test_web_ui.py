@@ -170,6 +170,7 @@ def test_the_ui_in_a_real_browser(served):
         assert "copying its image and data" in page.inner_text("#transfer")
         runtime = page.inner_text("#runtime")
         assert "predicted 1.0 h (±10%) on v100" in runtime and "so far (running since" in runtime
+        assert ", between " in page.inner_text("#predicted-end")  # its end, with the estimate's spread
         assert page.inner_text("#log") == "epoch 3 loss 0.41\nWANDB_API_KEY=<redacted>"
 
         page.goto(f"{base}/ui/jobs/team-a/train-3")
