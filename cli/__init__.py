@@ -52,10 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # The reader went away (`cpn jobs | head`): stop quietly, as a shell command cut off by a pipe does;
-        # stdout goes to /dev/null so that the interpreter's last flush does not fail again.
-        with contextlib.suppress(
-            OSError, ValueError
-        ):  # ValueError: a stdout with no file (io.UnsupportedOperation)
+        # stdout goes to /dev/null so that the interpreter's last flush does not fail again (ValueError:
+        # a stdout with no file, io.UnsupportedOperation).
+        with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE
 
