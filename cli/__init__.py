@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -51,8 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # The reader went away (`cpn jobs | head`): stop quietly, as a shell command cut off by a pipe does;
-        # stdout goes to /dev/null so that the interpreter's last flush does not fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # stdout goes to /dev/null so that the interpreter's last flush does not fail again (ValueError:
+        # a stdout with no file, io.UnsupportedOperation).
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE
 
 

@@ -28,7 +28,7 @@ from cpn.engine.scheduler import RoundResult, Scheduler
 from cpn.jobs import JobSpec, JobState
 from cpn.store import JobStore
 
-CARD_STATES = ("free", "used", "unusable", "cordoned", "pool")
+CARD_STATES = ("free", "used", "unusable", "cordoned", "pool", "memory")
 """The `status` of `cpn_gpus`: what each card of a cluster and GPU type is (cpn.ui.capacity.CardCounts)."""
 HEALTH_STATES = ("ok", "degraded", "unknown")
 """A cluster's metrics health (cpn.adapters.metrics.ClusterHealth), one 0/1 series each."""
@@ -63,6 +63,7 @@ class Cards(Protocol):
     unusable: int
     cordoned: int
     pool: int
+    memory: int
 
 
 class Telemetry(Collector):
@@ -184,7 +185,8 @@ class Telemetry(Collector):
             "cpn_gpus",
             "Cards per cluster and GPU type as the latest round's inventory says: free, used, unusable "
             "(free, but the node's CPU room serves no queued job), cordoned (free on a cordoned cluster) and "
-            "pool (free on a node whose pool or taints admit no queued job).",
+            "pool (free on a node whose pool or taints admit no queued job) and memory (free, with less "
+            "memory than any queued job asks per card).",
             labels=["cluster", "gpu_type", "status"],
         )
         for c in cards:

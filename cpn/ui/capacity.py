@@ -45,11 +45,13 @@ class CardCounts:
     """Free cards of a cordoned cluster: no new job goes there (its running jobs' cards are `used`)."""
     pool: int = 0
     """Free cards on nodes whose pool or taints admit no queued job's kind (with no queue: none)."""
+    memory: int = 0
+    """Free cards with less memory than any queued job asks for per card (with no queue: none)."""
 
     @property
     def total(self) -> int:
         """Every card."""
-        return self.free + self.used + self.unusable + self.cordoned + self.pool
+        return self.free + self.used + self.unusable + self.cordoned + self.pool + self.memory
 
 
 @dataclass(frozen=True)
@@ -103,23 +105,28 @@ def count_cards(
 ) -> tuple[CardCounts, ...]:
     """Free, used and unusable cards per (cluster, GPU type), in name order, counted node by node against
     the `queued` jobs: a free card of a cluster in `cordoned` is cordoned; else on a node whose pool or
-    taints admit none of their kinds, `pool`; else one the node's CPU room under the threshold cannot
-    serve, `unusable`: of the queued jobs whose cards fit in the node's free cards, the one asking least
-    CPU per card sets how many cards the room serves (a node where no queued job's cards fit keeps its
-    cards free: they wait on gangs, not on CPU). With no queue, a node's free cards are unusable only
-    when its CPU is used up."""
+    taints admit none of their kinds, `pool`; else one with less memory than any of them asks for per
+    card (declared, `gpu_mem_gb` or `gpu_memory_min_gb`), `memory`; else one the node's CPU room under
+    the threshold cannot serve, `unusable`: of the queued jobs whose cards fit in the node's free cards,
+    the one asking least CPU per card sets how many cards the room serves (a node where no queued job's
+    cards fit keeps its cards free: they wait on gangs, not on CPU). With no queue, a node's free cards
+    are unusable only when its CPU is used up."""
     kinds = {job.kind for job in queued}
     least = _least_cpu_per_card(queued)
+    least_gb = min((max(j.gpu_mem_gb or 0.0, j.gpu_memory_min_gb or 0.0) for j in queued), default=0.0)
     totals: dict[tuple[str, str], list[int]] = {}
     for state in states:
         free, node = state.free_gpus, state.node
-        counts = totals.setdefault((node.cluster, node.gpu_type), [0, 0, 0, 0, 0])
+        counts = totals.setdefault((node.cluster, node.gpu_type), [0, 0, 0, 0, 0, 0])
         counts[1] += node.gpu_count - free
         if node.cluster in cordoned:
             counts[3] += free
             continue
         if kinds and not any(kind_admits(node, kind) for kind in kinds):
             counts[4] += free
+            continue
+        if node.gpu_memory_gb < least_gb:
+            counts[5] += free
             continue
         room = Room.of(state, cpu_threshold)
         left = room.cpu_cap - room.cpu_used

@@ -5,12 +5,17 @@
 - `/ui/queue`: every job with its state, GPUs, cluster, waiting reason, predicted start and age;
   filters by namespace, state, waiting reason and GPU type; paged;
 - `/ui/jobs/{ns}/{name}`: one job: why it waits and since when, predicted start (and its interval, the
-  predicted end and why the start last moved, where known), placement, transfer time, predicted vs
-  measured runtime, transitions, its log tail (from its cluster, else the one stored with a failed run),
-  its manifest (secrets redacted as the API redacts them) and a cancel button;
-- `/ui/clusters`: free, used and unusable cards per cluster and GPU type, each cluster's metrics health
-  and its age, the WAN bandwidth learnt from copies, utilisation over time and a Gantt of recent jobs;
-  with a teams file, each team's quota, cards in use, borrowed cards and queued jobs (as GET /teams).
+  predicted end and why the start last moved, where known; "never, unless the quota changes" for a job
+  its team's limits never let start), while it runs its predicted end and interval, placement, transfer
+  time, predicted vs measured runtime, transitions, its log tail (from its cluster, else the one stored
+  with a failed run), its manifest (secrets redacted as the API redacts them) and a cancel button;
+- `/ui/clusters`: free, used, unusable (by cause: CPU, pool, memory) and cordoned cards per cluster and
+  GPU type (a cordoned cluster marked so), each cluster's metrics health and its age, the WAN bandwidth
+  learnt from copies, utilisation over time and a Gantt of recent jobs, with a legend; with a teams file,
+  each team's quota, cards in use, borrowed cards and queued jobs (as GET /teams).
+
+Every page shows a namespace token its namespaces' jobs only: the Gantt leaves the others out and stored
+texts hide their ids (cpn.api.reader). Times are formatted by cpn.times, as the CLI formats them.
 
 Forms are POSTed; the API's guard (cpn.api) refuses cross-site requests (Origin, Sec-Fetch-Site) before
 they get here, and the SameSite cookie is not sent with them anyway.

@@ -35,8 +35,11 @@ def test_retrain_flow_learns_from_the_demo_store(prefect_harness, tmp_path):
     from models.registry import COMPLETIONS_UNTIL_TAG
 
     assert all(COMPLETIONS_UNTIL_TAG in r.data.tags for r in runs)
-    again = retrain(store=str(tmp_path / "demo" / "jobs.db"), tracking_uri=uri, every_completions=1)
-    assert again == [], "no job completed since the last training"
+    again = retrain(
+        store=str(tmp_path / "demo" / "jobs.db"), tracking_uri=uri, every_completions=1, return_state=True
+    )
+    assert again.result() == [], "no job completed since the last training"
+    assert (again.type.value, again.name) == ("COMPLETED", "Skipped") and "not retraining" in again.message
 
     # The demo's clusters measured each finished job's GPU memory; the champion now predicts memory for
     # those models, never below what a run of the same model and batch size used.

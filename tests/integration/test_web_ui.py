@@ -170,6 +170,7 @@ def test_the_ui_in_a_real_browser(served):
         assert "copying its image and data" in page.inner_text("#transfer")
         runtime = page.inner_text("#runtime")
         assert "predicted 1.0 h (±10%) on v100" in runtime and "so far (running since" in runtime
+        assert ", between " in page.inner_text("#predicted-end")  # its end, with the estimate's spread
         assert page.inner_text("#log") == "epoch 3 loss 0.41\nWANDB_API_KEY=<redacted>"
 
         page.goto(f"{base}/ui/jobs/team-a/train-3")
@@ -182,10 +183,10 @@ def test_the_ui_in_a_real_browser(served):
 
         page.goto(f"{base}/ui/clusters")
         rows = page.locator("#cards tbody tr").all_inner_texts()
-        assert [r.split("\t") for r in rows] == [  # free, used, unusable for CPU and pool, cordoned, total
-            ["east", "v100", "3", "1", "0", "0", "0", "4"],
-            ["north cordoned", "v100", "0", "2", "0", "0", "2", "4"],
-            ["west", "p100", "0", "0", "2", "0", "0", "2"],
+        assert [r.split("\t") for r in rows] == [  # free, used, unusable: CPU, pool, memory; cordoned, total
+            ["east", "v100", "3", "1", "0", "0", "0", "0", "4"],
+            ["north cordoned", "v100", "0", "2", "0", "0", "0", "2", "4"],
+            ["west", "p100", "0", "0", "2", "0", "0", "0", "2"],
         ]
         assert page.locator("svg polyline").count() == 3
         assert "on the cluster now" in page.inner_text("#gantt-legend")

@@ -50,7 +50,8 @@ def test_the_clusters_page_marks_a_cordoned_cluster_with_its_cards_jobs_and_a_ga
         page = client.get("/ui/clusters").text
     east_row = page.split('<tr data-cluster="east">')[1].split("</tr>")[0]
     assert '<strong class="cordoned">cordoned</strong>' in east_row
-    assert [cell.split(">")[-1] for cell in east_row.split("</td>")[2:8]] == ["0", "6", "0", "0", "2", "8"]
+    cells = [cell.split(">")[-1] for cell in east_row.split("</td>")[2:9]]
+    assert cells == ["0", "6", "0", "0", "0", "2", "8"]  # free, used, unusable: CPU, pool, memory; cordoned
     assert 'data-cluster="west"><td>west<' in page  # an active cluster is not marked
     assert 'data-job="lab/run-1"' in page.split('data-cluster="east" width')[1]  # its running job's bar
     assert 'id="gantt-legend"' in page and "on the cluster now" in page
@@ -86,3 +87,6 @@ def test_free_cards_no_queued_job_can_use_are_counted_per_node_by_cause():
     gang = [JobSpec("lab/g", "ResNet-50", num_gpus=8, cpu=8.0)]  # fits no node's free cards: not a CPU wait
     (waiting_on_gang,) = count_cards((tight,), 0.9, queued=gang)
     assert (waiting_on_gang.free, waiting_on_gang.unusable) == (4, 0)
+    big = [JobSpec("lab/m", "ResNet-50", num_gpus=1, cpu=1.0, gpu_mem_gb=24.0)]  # more than a 16 GB card
+    (too_small,) = count_cards((tight, roomy), 0.9, queued=big)
+    assert (too_small.free, too_small.unusable, too_small.memory) == (0, 0, 8)
