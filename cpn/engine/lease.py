@@ -23,6 +23,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from cpn.store import JobStore, LeaseLost, StoreError, StoreLeased
 
@@ -74,21 +75,30 @@ class SchedulerLease:
         store.fence(self.term)
         self._renewed_at = time.monotonic()
         self._lost: LeaseLost | None = None
+        self.on_lost: Callable[[], None] | None = None
+        """Called (on the keeper's thread) when the keeper finds the lease taken over: a loop waiting for its
+        next round wakes, so that it stops leading at once (cpn.engine.live.LiveLoop.serve)."""
         self._stop = threading.Event()
         self._keeper = threading.Thread(target=self._keep, name="scheduler-lease", daemon=True)
         self._keeper.start()
 
     def _keep(self) -> None:
         """Renew every third of the ttl until released or lost; a store that fails for a moment is tried
-        again at the next turn (`check` says lost once a whole ttl passed unrenewed)."""
+        again at the next turn (`check` says lost once a whole ttl passed unrenewed). Anything else (a store
+        closed under it) ends the keeping, and the lease lapses."""
         while not self._stop.wait(self.ttl_s / 3):
             try:
                 self.renew()
             except LeaseLost as lost:
                 self._lost = lost
+                if self.on_lost is not None:
+                    self.on_lost()
                 return
             except StoreError as exc:
                 log.warning("could not renew the scheduler lease: %s", exc)
+            except Exception:
+                log.exception("the scheduler lease's keeper stopped; the lease lapses")
+                return
 
     def renew(self) -> None:
         """Extend the lease by its ttl from now; LeaseLost if another process holds it now."""

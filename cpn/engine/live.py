@@ -154,6 +154,8 @@ class LiveLoop:
                     time.monotonic() - waited,
                 )
                 leadership.start()
+            if self.scheduler.lease is not None:
+                self.scheduler.lease.on_lost = self.wake
             try:
                 self.run()
             except LeaseLost as lost:

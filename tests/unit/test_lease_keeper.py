@@ -3,14 +3,16 @@ of exiting (cpn.engine.lease, cpn.engine.live.LiveLoop.serve)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
+from sqlalchemy import update
 
 from cpn.engine.lease import LEASE_TTL_S, SchedulerLease
 from cpn.engine.live import LiveLoop
 from cpn.engine.scheduler import RoundResult
-from cpn.store import JobStore, LeaseLost, StoreLeased
+from cpn.store import LEASE, JobStore, LeaseLost, StoreLeased
 
 
 def test_the_keeper_renews_the_lease_however_long_a_round_takes_and_stops_when_released(tmp_path):
@@ -39,6 +41,19 @@ def test_a_lease_taken_over_is_lost_at_the_next_check_naming_the_new_holder(tmp_
         assert store.lease().holder == "elsewhere:7:cpn run", "releasing a lost lease frees nothing"
 
 
+def test_the_keeper_that_finds_the_lease_taken_over_says_so_at_once(tmp_path):
+    """So that a loop waiting for its next round wakes and stands by (LiveLoop.serve sets `on_lost`)."""
+    with JobStore(tmp_path / "jobs.db") as store:
+        lease, found = SchedulerLease(store, "cpn run", ttl_s=0.3), threading.Event()
+        lease.on_lost = found.set
+        with store._database.write() as db:  # another holder takes it in one step, as a lapse allows
+            db.execute(update(LEASE).values(holder="elsewhere:7:cpn run", term=LEASE.c.term + 1))
+        assert found.wait(2.0)
+        with pytest.raises(LeaseLost, match="to elsewhere:7:cpn run"):
+            lease.check()
+        lease.release()
+
+
 class _Store:
     def add_listener(self, listener) -> None:
         pass
@@ -47,7 +62,7 @@ class _Store:
 class _Rounds:
     """A scheduler whose first round finds the lease lost, and whose second stops the loop."""
 
-    store = _Store()
+    store, lease = _Store(), None
 
     def __init__(self) -> None:
         self.rounds = 0

@@ -115,6 +115,8 @@ def test_a_dry_run_only_snapshots_and_decides():
 
 
 def live(store: Path, wall: Wall, purpose: str = "cpn run", read_only: bool = False) -> Service:
+    """A live service on `store`; its lease lasts 10 minutes, so that its keeper writes nothing to the store
+    during a test (the files of a store are compared byte for byte across a dry run)."""
     return build_service(
         CLUSTERS,
         store,
@@ -125,6 +127,7 @@ def live(store: Path, wall: Wall, purpose: str = "cpn run", read_only: bool = Fa
         wall=wall,
         purpose=purpose,
         read_only=read_only,
+        lease_ttl_s=600.0,
     )
 
 
