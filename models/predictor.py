@@ -195,11 +195,14 @@ class Predictor:
         by_work = [i for i, s in enumerate(steps) if s is None]
         out: list[Estimate | None] = [None] * len(pairs)
         if by_steps:
-            queries = [self._query(pairs[i], pairs[i][0].batch_size) for i in by_steps]
+            # A measured model's job that gives steps but no batch size runs at its typical batch.
+            batches = [self.batch_of(pairs[i][0]) or (pairs[i][0].batch_size, 0.0) for i in by_steps]
+            queries = [self._query(pairs[i], b) for i, (b, _) in zip(by_steps, batches, strict=True)]
             pred = self.throughput(queries)
             runtime = np.array([steps[i] for i in by_steps], dtype=float) / pred.steps_per_sec
             for k, i in enumerate(by_steps):
-                out[i] = self._estimate(pairs[i][0], runtime[k], pred.log_spread[k], not bool(pred.seen[k]))
+                spread = math.hypot(pred.log_spread[k], batches[k][1])
+                out[i] = self._estimate(pairs[i][0], runtime[k], spread, not bool(pred.seen[k]))
         if by_work:
             for i, est in zip(by_work, self.work_estimates([pairs[i] for i in by_work]), strict=True):
                 out[i] = est
