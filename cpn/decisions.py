@@ -29,7 +29,8 @@ class Estimate:
     uncertainty: float = 0.0
     """Relative spread of the runtime estimate (0.1 = +-10%)."""
     explore: bool = False
-    """The predictor has never seen this model: give its first run clean, exclusive resources."""
+    """The estimate is a guess to learn from (a model the predictor has never seen, or whose data it cannot
+    turn into steps): give its first run clean, exclusive resources."""
     pending_benchmark: bool = False
     """The GPU type has no benchmark scores yet, so there is no runtime (`runtime_s` is inf) until its
     benchmark runs (cpn.benchmarking): the job runs elsewhere or waits (`pending-benchmark`)."""

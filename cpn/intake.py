@@ -162,8 +162,12 @@ class Annotations(BaseModel):
         description='the model\'s name, e.g. "resnet50" (ResNet-50 is the same model), at most 253 '
         "characters with a letter or digit",
     )
-    data_size: float = Field(ge=0, le=1e7, description="dataset size in GB, a number from 0 to 10,000,000")
-    epoch: int = Field(ge=1, le=1_000_000, description="number of epochs, a whole number from 1 to 1,000,000")
+    data_size: float | None = Field(
+        None, ge=0, le=1e7, description="dataset size in GB, a number from 0 to 10,000,000"
+    )
+    epoch: int | None = Field(
+        None, ge=1, le=1_000_000, description="number of epochs, a whole number from 1 to 1,000,000"
+    )
     batch_size: int | None = Field(
         None, ge=1, le=10_000_000, description="batch size, a whole number from 1 to 10,000,000"
     )
@@ -239,6 +243,8 @@ class Annotations(BaseModel):
 CPN_ANNOTATIONS = frozenset(Annotations.model_fields)
 """The annotation keys cpn reads (the fields of Annotations)."""
 _REQUIRED_ANNOTATIONS = frozenset(k for k, f in Annotations.model_fields.items() if f.is_required())
+_TRAINING_ANNOTATIONS = ("data_size", "epoch")
+"""Required of a training job too (its work, from which its runtime is estimated); a service needs neither."""
 
 
 @dataclass(frozen=True)
@@ -860,7 +866,7 @@ def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
 
     meta = _mapping(doc.get("metadata"), "metadata", col, required=True)
     job_id = _job_id(meta, col) if meta is not None else None
-    annotations = _annotations(meta, col) if meta is not None else None
+    annotations = _annotations(meta, col, job_kind) if meta is not None else None
     if meta is not None:
         _kubernetes_metadata(meta, "metadata", col, own=CPN_ANNOTATIONS)
     pods, gang = _job_gang(doc, api, annotations.gpu_count if annotations else None, col)
@@ -874,8 +880,8 @@ def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
         kind=job_kind,
         batch_size=a.batch_size,
         num_gpus=gang.num_gpus,
-        epochs=a.epoch,
-        data_size_gb=a.data_size,
+        epochs=a.epoch or 1,
+        data_size_gb=a.data_size or 0.0,
         total_steps=a.total_steps,
         gpu_mem_gb=a.gpu_mem if a.gpu_mem is not None else gang.gpu_mem_gb,
         cpu=gang.cpu,
@@ -1034,14 +1040,18 @@ def _label_value_problem(value: str) -> str | None:
     return None
 
 
-def _annotations(meta: dict, col: _Collector) -> Annotations | None:
-    """Validate `metadata.annotations`; each bad or missing key becomes a problem of its own."""
+def _annotations(meta: dict, col: _Collector, kind: str = "training") -> Annotations | None:
+    """Validate `metadata.annotations` of a job of `kind`; each bad or missing key becomes a problem of its
+    own (recorded in `col`; the annotations are returned all the same). A training job needs `data_size`
+    and `epoch` (a service only `model_name`), and `data_size` above 0 when it gives no `total_steps`: its
+    runtime is estimated from data size x epochs."""
     raw = meta.get("annotations")
     if raw is not None and not isinstance(raw, dict):
         col.add("metadata.annotations", f"expected a mapping, got {_type(raw)}")
         return None
     raw = raw or {}
-    missing = {k for k in _REQUIRED_ANNOTATIONS if k not in raw}
+    required = _REQUIRED_ANNOTATIONS | frozenset(_TRAINING_ANNOTATIONS if kind == "training" else ())
+    missing = {k for k in required if k not in raw}
     for key in raw:
         if not isinstance(key, str) or key in CPN_ANNOTATIONS or "/" in key:
             continue  # cpn's, or another tool's (a prefixed key), or refused by _kubernetes_metadata
@@ -1053,8 +1063,9 @@ def _annotations(meta: dict, col: _Collector) -> Annotations | None:
                 f"a domain prefix (example.com/{key}) if another tool reads it",
             )
     try:
-        return Annotations.model_validate(raw)
+        annotations = Annotations.model_validate(raw)
     except ValidationError as exc:
+        annotations = None
         for err in exc.errors():
             key = str(err["loc"][0])
             field = f"metadata.annotations.{key}"
@@ -1064,7 +1075,18 @@ def _annotations(meta: dict, col: _Collector) -> Annotations | None:
                 expected = Annotations.model_fields[key].description
                 msg = clip(err["msg"].removeprefix("Value error, "), 200)
                 col.add(field, f"{msg} (got {_quote(err['input'])}); expected {expected}")
-        return None
+    if kind != "training":
+        return annotations
+    for key in _TRAINING_ANNOTATIONS:
+        if key not in raw or (annotations is not None and getattr(annotations, key) is None):
+            col.add(f"metadata.annotations.{key}", _missing_annotation(key, raw))
+    if annotations is not None and annotations.total_steps is None and annotations.data_size == 0:
+        col.add(
+            "metadata.annotations.data_size",
+            "a training job without total_steps needs data_size above 0: its runtime is estimated from the "
+            "GB of data it trains on x epoch; give the dataset's size, or total_steps",
+        )
+    return annotations
 
 
 def _missing_annotation(key: str, raw: dict) -> str:

@@ -50,9 +50,10 @@ class JobSpec:
     num_gpus: int = 1
     epochs: int = 1
     data_size_gb: float = 0.0
-    """Dataset size to move with the job when it runs away from its source cluster."""
+    """Dataset size (GB) it trains on, moved with the job when it runs away from its source cluster."""
     total_steps: int | None = None
-    """Training steps to run; the simulator's ground truth needs it."""
+    """Training steps to run; None: its work is `data_size_gb` x `epochs` (the predictor estimates it by that,
+    models/work.py; the simulator trains that much of the model's dataset, cpn/sim/work.py)."""
     gpu_mem_gb: float | None = None
     """Declared GPU memory per GPU; None when the user did not say (the predictor estimates it)."""
     cpu: float = 1.0

@@ -470,6 +470,11 @@ class FeatureBuilder:
                 out[i] = 3 if key in self._by_model else 4
         return out
 
+    def measured_batches(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(log batch sizes, log steps/s references) the workload `key` was measured at, by batch; None for a
+        workload measured at a fixed batch, or never."""
+        return self._batches.get(key)
+
     def _profile(self, gpu_type: str, node: str | None = None) -> GpuProfile:
         profile = self.catalog.find(gpu_type, node)
         if profile is None:

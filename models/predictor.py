@@ -35,7 +35,7 @@ from cpn.decisions import Estimate
 from cpn.engine.feedback import CompletedRun
 from cpn.formats.throughput import ThroughputRow
 from cpn.jobs import JobSpec
-from models.benchmarks import BenchmarkCatalog
+from models.benchmarks import BenchmarkCatalog, GpuProfile
 from models.estimators import Estimator, Prediction, make_estimator
 from models.features import EXTRAPOLATION_KINDS, PredictorInputError, Query, workload_key
 from models.folds import out_of_fold
@@ -195,11 +195,14 @@ class Predictor:
         by_work = [i for i, s in enumerate(steps) if s is None]
         out: list[Estimate | None] = [None] * len(pairs)
         if by_steps:
-            queries = [self._query(pairs[i], pairs[i][0].batch_size) for i in by_steps]
+            # A measured model's job that gives steps but no batch size runs at its typical batch.
+            batches = [self.batch_of(pairs[i][0]) or (pairs[i][0].batch_size, 0.0) for i in by_steps]
+            queries = [self._query(pairs[i], b) for i, (b, _) in zip(by_steps, batches, strict=True)]
             pred = self.throughput(queries)
             runtime = np.array([steps[i] for i in by_steps], dtype=float) / pred.steps_per_sec
             for k, i in enumerate(by_steps):
-                out[i] = self._estimate(pairs[i][0], runtime[k], pred.log_spread[k], not bool(pred.seen[k]))
+                spread = math.hypot(pred.log_spread[k], batches[k][1])
+                out[i] = self._estimate(pairs[i][0], runtime[k], spread, not bool(pred.seen[k]))
         if by_work:
             for i, est in zip(by_work, self.work_estimates([pairs[i] for i in by_work]), strict=True):
                 out[i] = est
@@ -234,11 +237,12 @@ class Predictor:
         key = workload_key(job.model, job.precision)
         if key not in features.models:
             return None
-        if key not in features._batches:
-            return None, 0.0
         if job.batch_size:
             return job.batch_size, 0.0
-        xs, ys = features._batches[key]
+        measured = features.measured_batches(key)
+        if measured is None:
+            return None, 0.0
+        xs, ys = measured
         return typical_batch(xs), max(batch_spread(xs, ys), self.spread_floor["batch"])
 
     def references(self) -> list[tuple[str, int, float]]:
@@ -246,9 +250,10 @@ class Predictor:
         at fp32 and at batch sizes, their samples per GB known."""
         features = self.estimator.features
         return [
-            (key, typical_batch(features._batches[key][0]), spg)
+            (key, typical_batch(measured[0]), spg)
             for key in features.models
-            if key in features._batches and (spg := self.catalog.samples_per_gb(key)) is not None
+            if (measured := features.measured_batches(key)) is not None
+            and (spg := self.catalog.samples_per_gb(key)) is not None
         ]
 
     def work_estimates(
@@ -297,10 +302,11 @@ class Predictor:
                 if job.num_gpus not in unseen:
                     unseen[job.num_gpus] = self.unseen_cost(job.num_gpus)
                 level, spread = unseen[job.num_gpus]
-                log_cost = level - self.catalog.find(gpu, node).log_speed
+                log_cost = level - self._gpu_profile(gpu, node).log_speed
                 spread, explore = max(spread, PRIOR_SPREAD), True
             key = workload_key(job.model, job.precision)
-            correction = self.work.correction(key, self._gpu_key(gpu, node), job.num_gpus) if learnt else None
+            gpu_key = self._gpu_profile(gpu, node).key
+            correction = self.work.correction(key, gpu_key, job.num_gpus) if learnt else None
             if correction is not None:
                 log_cost += correction.log_ratio
                 known = correction.spread if correction.spread is not None else ONE_RUN_SPREAD
@@ -324,13 +330,13 @@ class Predictor:
         costs = per_gpu.mean(axis=1)
         return float(costs.mean()), float(np.hypot(costs.std(), pred.log_spread.mean()))
 
-    def _gpu_key(self, gpu: str, node: str | None = None) -> str:
+    def _gpu_profile(self, gpu: str, node: str | None = None) -> GpuProfile:
         profile = self.catalog.find(gpu, node)
         if profile is None:
             raise PredictorInputError(
                 f"unknown GPU type {gpu!r}; the benchmarks file knows {list(self.catalog.gpu_types())}"
             )
-        return profile.key
+        return profile
 
     def learn_work(self, runs: Sequence[CompletedRun]) -> Predictor:
         """A copy that also knows what `runs` (completed runs without steps) measured against their work
@@ -362,7 +368,7 @@ class Predictor:
         observations = [
             WorkObservation(
                 workload_key(job.model, job.precision),
-                self._gpu_key(gpu),
+                self._gpu_profile(gpu).key,
                 job.num_gpus,
                 math.log(seconds / est.runtime_s),
             )

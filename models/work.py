@@ -122,10 +122,6 @@ class WorkRatios:
     def __len__(self) -> int:
         return sum(len(v) for v in self._by.values())
 
-    def models(self) -> tuple[str, ...]:
-        """Workload keys with completed runs."""
-        return tuple(sorted(self._by))
-
     def correction(self, workload: str, gpu: str, num_gpus: int) -> Correction | None:
         """The model's runs on `gpu` x `num_gpus` if any, else on `gpu`, else all of them; None if none."""
         runs = self._by.get(workload)

@@ -1,10 +1,9 @@
-"""`cpn run`'s scheduling service, with a preempting policy, as a process a test can kill.
+"""`cpn run`'s scheduling service as a process a test can kill, without the HTTP API.
 
 `python -m tests.e2e.preempting_service CONFIG STORE TIME_SCALE` builds the service as `cpn run` does
-(cli.run.build: build_service over the config folder's clusters and `teams.yaml`, oracle estimates, its
-store's lease, simulated clusters journaled beside the store), starts it (journal replayed, store
-reconciled) and runs the live loop until SIGTERM, without the HTTP API. It differs from `cpn run` only
-in its policy, greedy with preemption, which `cpn run` takes from `policy.yaml` once that accepts it.
+(build_service over the config folder's clusters, its `policy.yaml` (the test's turns preemption on) and
+`teams.yaml`, oracle estimates, its store's lease, simulated clusters journaled beside the store), starts it
+(journal replayed, store reconciled) and runs the live loop until SIGTERM.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from config.settings import load_profile
 from cpn.bootstrap import build_service
 from cpn.engine.live import LiveLoop
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
-from cpn.policies import make_policy
 from cpn.sim.estimates import OracleEstimates
 
 TABLE = ThroughputTable.load(GAVEL_ISOLATED)
@@ -33,9 +31,10 @@ def main(config: str, store: str, time_scale: str) -> int:
     service = build_service(
         profile.clusters,
         store,
-        make_policy("greedy", preemption="true"),
+        profile.policy.settings,
         TABLE,
         estimator=OracleEstimates(TABLE),
+        cpu_threshold=profile.policy.cpu_threshold,
         time_scale=float(time_scale),
         purpose="cpn run",
         teams=service_teams(config, profile.clusters),

@@ -1,9 +1,9 @@
 """The scheduler's facts survive a SIGKILL (issue #31): a live service (tests/e2e/preempting_service.py, `cpn
-run`'s service with a preempting policy) has preempted jobs (their progress saved, their runs deleted) and
-copies in flight when it is killed; a `schedule-round` flow run is made on the store while it is down, and
-the service is started again. Every saved progress and copy is kept, a process that starts anew estimates a
-preempted job from its checkpoint, nothing is copied twice, queued again or submitted twice, and every job
-finishes.
+run`'s service, preemption on in its config folder's policy.yaml) has preempted jobs (their progress saved,
+their runs deleted) and copies in flight when it is killed; a `schedule-round` flow run is made on the store
+while it is down, and the service is started again. Every saved progress and copy is kept, a process that
+starts anew estimates a preempted job from its checkpoint, nothing is copied twice, queued again or
+submitted twice, and every job finishes.
 
 The scene: `home` has one card, held by a job that may not be preempted; `far` has two, lent to team bulk
 (quota 0), whose jobs checkpoint every minute. Team a (quota 2) then asks for two cards for jobs whose 200 GB
@@ -90,6 +90,7 @@ def test_a_killed_service_and_a_flow_run_between_keep_every_saved_progress_and_c
     config.mkdir()
     (config / "clusters.yaml").write_text(yaml.safe_dump(CLUSTERS))
     (config / "teams.yaml").write_text(yaml.safe_dump(TEAMS))
+    (config / "policy.yaml").write_text("name: greedy\npreemption: true\n")  # as `cpn run` reads it
     path, log = tmp_path / "jobs.db", tmp_path / "service.log"
     store = JobStore(path)
     proc = start(config, path, log)

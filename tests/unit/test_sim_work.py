@@ -9,6 +9,7 @@ import pytest
 
 from cpn.clock import SimClock
 from cpn.decisions import Placement
+from cpn.engine.feedback import completed_runs
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node
 from cpn.jobs import JobSpec
@@ -16,6 +17,7 @@ from cpn.sim.estimates import OracleEstimates
 from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.truth import LOAD_S, GroundTruth
 from cpn.sim.work import TRUTH_MODELS
+from tests.unit.test_scheduler import NODE_A, run
 
 V100 = Node("b", "v100-0", "Tesla-V100-SXM2-16GB", 4, 16, 16, "training")
 TABLE = ThroughputTable(
@@ -70,3 +72,12 @@ def test_the_gateway_runs_such_a_job_to_its_end_and_the_oracle_agrees():
     assert [e.kind for e in gw.poll_events()] == ["running", "succeeded"]
     assert "step " in gw.logs("ns/d", 2)
     assert OracleEstimates(TABLE).estimate(job, "v100").runtime_s == pytest.approx(end)
+
+
+def test_a_replayed_job_without_steps_feeds_back_its_work_and_measured_runtime():
+    spec = seed_job("s", "ResNet-18", 0.001, 2, batch_size=32)  # 2 x 368 samples: 2 x 12 steps at 1 step/s
+    store, _, _, _ = run([NODE_A], [spec])
+    (done,) = completed_runs(store, [NODE_A])
+    assert (done.job_id, done.total_steps, done.data_size_gb, done.epochs) == ("s", None, 0.001, 2)
+    steps = math.ceil(0.001 * TRUTH_MODELS["resnet18"].samples_per_gb * 2 / 32)
+    assert done.runtime_s == pytest.approx(steps / 1.0)

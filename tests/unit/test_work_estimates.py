@@ -149,3 +149,13 @@ def test_retraining_derives_steps_where_it_can_and_keeps_the_rest_as_work():
     assert run_steps(given, cat) == 500
     assert run_steps(derived, cat) == derived_steps(3, 2.5, 1000, 64) == 3 * math.ceil(2500 / 64)
     assert run_steps(work, cat) is None
+
+
+def test_a_job_with_steps_but_no_batch_size_runs_at_its_models_typical_batch(predictor):
+    job = JobSpec(job_id="ns/s", model="ResNet-50", total_steps=7_000)
+    est = predictor.estimate(job, "v100")
+    assert est.runtime_s == pytest.approx(7_000 / law("ResNet-50", 32, "v100", 1), rel=0.05)
+    given = predictor.estimate(
+        JobSpec(job_id="ns/s", model="ResNet-50", batch_size=32, total_steps=7_000), "v100"
+    )
+    assert est.uncertainty > given.uncertainty and est.explore is False
