@@ -165,6 +165,14 @@ class BenchmarkCatalog:
         """Canonical keys of every GPU type in the catalog."""
         return tuple(self._profiles)
 
+    def reference_models(self) -> tuple[str, ...]:
+        """The model each workload runs, in workload order: its `measured_as` model where the file derives
+        the score from a table, else the workload's own name (`resnet50`); models.catalog profiles them."""
+        return tuple(
+            w.measured_as.model if w.measured_as is not None else name
+            for name, w in self.config.workloads.items()
+        )
+
     def same_scoring(self, other: BenchmarkCatalog) -> bool:
         """True if both catalogs score the same workloads the same way (features are comparable)."""
         return self.config.workloads == other.config.workloads

@@ -51,6 +51,10 @@ class PhysicalPrior:
         self.models: dict[str, int] = {}
         self._own_gpu_slopes = True
         self._center = np.empty(0)
+        self._batch_center: dict[str, float] = {}
+        """Mean log batch of each workload's training rows: the batch term is the workload's own batch
+        relative to its usual one (a model's usual batch says nothing of its speed; a model never measured
+        has no batch term)."""
         self._ridge: Ridge | None = None
 
     @staticmethod
@@ -69,10 +73,16 @@ class PhysicalPrior:
         models: Sequence[str],
     ) -> np.ndarray:
         gpu = np.where(np.isnan(gpu), self._center[: gpu.shape[1]], gpu) - self._center[: gpu.shape[1]]
-        lb = log_batch - self._center[-2]
+        centers = getattr(self, "_batch_center", None)
+        if centers is None:  # pickled before batches were centred per workload
+            lb = log_batch - self._center[-2]
+        else:
+            lb = log_batch - np.array([centers.get(w, b) for w, b in zip(workloads, log_batch, strict=True)])
         ln = log_gpus - self._center[-1]
         half = np.array([p != "fp32" for p in precision], dtype=float)[:, None]
         bf16 = np.array([p == "bf16" for p in precision], dtype=float)[:, None]
+        if not self._own_gpu_slopes:
+            gpu = np.zeros_like(gpu)
         per = np.hstack([gpu, lb[:, None], ln[:, None]])
         width = per.shape[1] + 1
         base = np.hstack([per, half, bf16, half * gpu])
@@ -101,9 +111,11 @@ class PhysicalPrior:
         precision: Sequence[str],
         workloads: Sequence[str],
         models: Sequence[str],
+        anchor: np.ndarray,
         log_samples: np.ndarray,
     ) -> PhysicalPrior:
-        """Fit on training rows (one entry per row in every argument); returns self."""
+        """Fit on training rows (one entry per row in every argument); returns self. `anchor` is each row's
+        physical expectation of log samples/s on one GPU up to a constant (see `_offset`)."""
         self.workloads = {k: i for i, k in enumerate(sorted(set(workloads)))}
         self._own_gpu_slopes = len(np.unique(np.nan_to_num(gpu), axis=0)) >= MIN_GPU_TYPES_FOR_OWN_SLOPES
         per_model: dict[str, set[str]] = {}
@@ -114,15 +126,20 @@ class PhysicalPrior:
         with np.errstate(invalid="ignore"):
             center = np.nanmean(gpu, axis=0)
         self._center = np.concatenate([np.nan_to_num(center), [log_batch.mean(), log_gpus.mean()]])
+        per_workload: dict[str, list[float]] = {}
+        for w, b in zip(workloads, log_batch, strict=True):
+            per_workload.setdefault(w, []).append(b)
+        self._batch_center = {w: float(np.mean(v)) for w, v in per_workload.items()}
         X = self._design(gpu, log_batch, log_gpus, precision, workloads, models)
-        self._ridge = Ridge(alpha=ALPHA).fit(X, log_samples - self._offset(gpu, log_gpus))
+        self._ridge = Ridge(alpha=ALPHA).fit(X, log_samples - self._offset(anchor, log_gpus))
         return self
 
     @staticmethod
-    def _offset(gpu: np.ndarray, log_gpus: np.ndarray) -> np.ndarray:
-        """What the coefficients are deviations from: samples/s proportional to the GPU's benchmark speed
-        and to the GPU count (the ridge shrinks toward that, not toward no effect)."""
-        return gpu[:, 0] + log_gpus
+    def _offset(anchor: np.ndarray, log_gpus: np.ndarray) -> np.ndarray:
+        """What the coefficients are deviations from: samples/s proportional to the anchor (the speed of
+        the benchmarks the model moves like, over its FLOPs per sample: models.features) and to the GPU
+        count (the ridge shrinks toward that, not toward no effect)."""
+        return anchor + log_gpus
 
     def predict(
         self,
@@ -132,12 +149,13 @@ class PhysicalPrior:
         precision: Sequence[str],
         workloads: Sequence[str],
         models: Sequence[str],
+        anchor: np.ndarray,
     ) -> np.ndarray:
         """Predicted log samples/s of each query."""
         if self._ridge is None:
             raise RuntimeError("PhysicalPrior.predict called before fit")
         X = self._design(gpu, log_batch, log_gpus, precision, workloads, models)
-        return self._ridge.predict(X) + self._offset(gpu, log_gpus)
+        return self._ridge.predict(X) + self._offset(anchor, log_gpus)
 
 
 def log_batch_of(batch_size: int | None) -> float:
