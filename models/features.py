@@ -339,7 +339,7 @@ class FeatureBuilder:
 
     def _physical_inputs(self, queries: Sequence[Query], profiles: Sequence[GpuProfile]) -> tuple:
         """Arguments of PhysicalPrior.fit/predict for `queries` on their GPUs' `profiles` (the last being
-        each query's `anchor`)."""
+        each query's `anchor` and a step's log FLOPs per parameter, NaN where uncatalogued)."""
         log_scores = np.log([p.scores for p in profiles])
         specs = np.array([(p.mem_bw_gbps, p.fp32_tflops, p.memory_gb) for p in profiles], dtype=float)
         return (
@@ -350,7 +350,18 @@ class FeatureBuilder:
             [workload_key(q.model, q.precision) for q in queries],
             [model_key(q.model) for q in queries],
             np.array([self._anchor(q.model, p) for q, p in zip(queries, profiles, strict=True)]),
+            np.array([self._intensity(q.model) + log_batch_of(q.batch_size) for q in queries]),
         )
+
+    def _intensity(self, model: str) -> float:
+        """Log FLOPs per parameter per sample of `model` (models.catalog); NaN if uncatalogued. Cached with
+        the anchors."""
+        value = self._anchors.get((model, ""))
+        if value is None:
+            found = self.model_catalog.find(model)
+            value = math.log(found.train_gflops * 1e3 / found.params_m) if found is not None else math.nan
+            self._anchors[(model, "")] = value
+        return value
 
     def _anchor(self, model: str, profile: GpuProfile) -> float:
         """Physical expectation of log samples/s of `model` on one GPU of `profile`, up to a constant: the
