@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
+from functools import cached_property
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -64,9 +65,10 @@ class GpuProfile:
     mem_bw_gbps: float
     fp32_tflops: float
 
-    @property
+    @cached_property
     def log_speed(self) -> float:
-        """Log of the geometric mean of the scores: one number for 'how fast is this GPU'."""
+        """Log of the geometric mean of the scores: one number for 'how fast is this GPU' (computed once:
+        the predictor asks it for every query)."""
         return sum(math.log(s) for s in self.scores) / len(self.scores)
 
 

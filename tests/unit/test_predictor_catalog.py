@@ -12,7 +12,7 @@ from cpn.model_names import model_key
 from models.catalog import CatalogError, ModelCatalog, shipped_catalog
 from models.estimators import make_estimator
 from models.features import Query
-from tests.unit.test_predictor_support import catalog
+from tests.unit.test_predictor_support import BASE, catalog, rows
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 
@@ -89,3 +89,18 @@ def test_a_catalogued_model_never_measured_is_placed_by_its_flops():
     assert np.median(np.abs(pred.steps_per_sec / actual - 1)) < 0.15
     blind = est.predict([Query("my-own-net", q.batch_size, q.gpu_type, q.num_gpus) for q in queries])
     assert np.median(np.abs(blind.steps_per_sec / actual - 1)) > 0.5
+
+
+def test_a_new_card_unlike_the_three_trained_on_is_placed_by_its_benchmarks_not_its_specs():
+    """A fourth card whose specs lie far outside the three trained on (an H100's, here, with scores 9x the
+    slowest card's) is placed by its scores (issue 29's A10 case; docs/predictor.md has the real one)."""
+    gpus = {"k80": 1.0, "p100": 4.0, "v100": 7.0, "new": 9.0}
+    est = make_estimator("rf", catalog(gpus), n_estimators=20).fit(rows())
+    queries = [
+        Query("ResNet-50", 32, "new", 1),
+        Query("Transformer", 64, "new", 1),
+        Query("LM", 20, "new", 1),
+    ]
+    pred = est.predict(queries)
+    truth = np.array([BASE[q.model] * 32 / q.batch_size * 9.0 for q in queries])
+    assert np.abs(pred.steps_per_sec / truth - 1).max() < 0.1
