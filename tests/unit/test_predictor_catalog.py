@@ -104,3 +104,22 @@ def test_a_new_card_unlike_the_three_trained_on_is_placed_by_its_benchmarks_not_
     pred = est.predict(queries)
     truth = np.array([BASE[q.model] * 32 / q.batch_size * 9.0 for q in queries])
     assert np.abs(pred.steps_per_sec / truth - 1).max() < 0.1
+
+
+def test_the_more_rows_of_a_new_card_come_in_the_more_its_estimates_lean_on_them():
+    """Transformer runs 40% slower on v100 than v100's benchmarks say. Known by its scores only, v100 gets
+    the benchmarks' estimate; once the benchmark loop or completed jobs bring some Transformer rows on v100
+    (other batch sizes), the estimate at the batch never run there follows them."""
+    world = rows(affinity=0.4)
+    target = [r for r in world if r.model == "Transformer" and r.gpu_type == "v100" and r.batch_size == 64]
+    queries = [Query(r.model, r.batch_size, r.gpu_type, r.num_gpus) for r in target]
+    actual = np.array([r.steps_per_sec for r in target])
+    errors = []
+    for extra in ((), (32,), (32, 128)):
+        train = [
+            r for r in world if r.gpu_type != "v100" or (r.model == "Transformer" and r.batch_size in extra)
+        ]
+        est = make_estimator("rf", catalog(), n_estimators=10).fit(train)
+        errors.append(float(np.mean(np.abs(est.predict(queries).steps_per_sec / actual - 1))))
+    assert errors[0] > 0.3  # the benchmarks' estimate: the card's quirk is unknown
+    assert max(errors[1:]) < 0.1  # one batch size measured there is enough to carry it
