@@ -101,10 +101,10 @@ class PhysicalPrior:
         # not move the level a catalogued model never measured gets (the mean over catalogued ones).
         # A step's arithmetic intensity (FLOPs per weight: batch x FLOPs per parameter per sample) tells how
         # near the card's peak a model runs (the roofline): one shared slope, learnt over the models.
-        unknown = np.isnan(intensity)
-        ai = np.where(unknown, 0.0, intensity - self._center_intensity)[:, None]
         base = np.hstack([per, half, bf16, half * gpu])
         if not self._legacy:
+            unknown = np.isnan(intensity)
+            ai = np.where(unknown, 0.0, intensity - self._center_intensity)[:, None]
             base = np.hstack([base, INTERCEPT_SCALE * unknown[:, None], ai])
         n = len(log_batch)
         out = np.zeros((n, base.shape[1] + width * (len(self.workloads) + len(self.models))))
