@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
+from functools import cached_property
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -65,9 +66,10 @@ class GpuProfile:
     mem_bw_gbps: float
     fp32_tflops: float
 
-    @property
+    @cached_property
     def log_speed(self) -> float:
-        """Log of the geometric mean of the scores: one number for 'how fast is this GPU'."""
+        """Log of the geometric mean of the scores: one number for 'how fast is this GPU' (computed once:
+        the predictor asks it for every query)."""
         return sum(math.log(s) for s in self.scores) / len(self.scores)
 
 
@@ -170,6 +172,14 @@ class BenchmarkCatalog:
     def gpu_types(self) -> tuple[str, ...]:
         """Canonical keys of every GPU type in the catalog."""
         return tuple(self._profiles)
+
+    def reference_models(self) -> tuple[str, ...]:
+        """The model each workload runs, in workload order: its `measured_as` model where the file derives
+        the score from a table, else the workload's own name (`resnet50`); models.catalog profiles them."""
+        return tuple(
+            w.measured_as.model if w.measured_as is not None else name
+            for name, w in self.config.workloads.items()
+        )
 
     def same_scoring(self, other: BenchmarkCatalog) -> bool:
         """True if both catalogs score the same workloads the same way (features are comparable)."""

@@ -53,6 +53,7 @@ from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.jobs import normalise_precision
 from cpn.model_names import ModelNameError, model_key
 from models.benchmarks import BenchmarkCatalog, GpuProfile
+from models.catalog import ModelCatalog, shipped_catalog
 from models.physical import PhysicalPrior, log_batch_of
 
 NEIGHBOUR_FEATURES = (
@@ -199,8 +200,17 @@ class Features:
 class FeatureBuilder:
     """Learns per-model references from training rows, then turns queries into features."""
 
-    def __init__(self, catalog: BenchmarkCatalog) -> None:
+    def __init__(self, catalog: BenchmarkCatalog, models: ModelCatalog | None = None) -> None:
         self.catalog = catalog
+        self.model_catalog = models if models is not None else shipped_catalog()
+        """What each model computes (models.catalog): the physical prior's anchor."""
+        self._mean_log_flops = 0.0
+        """Mean log training FLOPs per sample of the catalogued training models: an uncatalogued one's."""
+        self._anchors: dict[tuple[str, str], float] = {}
+        self._score_center = np.zeros(len(catalog.workloads))
+        """Mean log score of each workload over the GPU types of the catalog trained with: an anchor
+        compares speeds across benchmarks relative to it (scores of different workloads are in different
+        units), and a later catalog (`with_catalog`) keeps it."""
         self.models: tuple[str, ...] = ()
         self._refs: dict[tuple[str, int | None], float] = {}
         self._batches: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -227,6 +237,11 @@ class FeatureBuilder:
         state.setdefault("_ref_parts", {})
         state.setdefault("_ref_parts_total", {})
         state.setdefault("_siblings", {})
+        # Pickled before the model catalog: anchored on the mean benchmark speed alone, as then.
+        state.setdefault("model_catalog", ModelCatalog({}))
+        state.setdefault("_mean_log_flops", 0.0)
+        state.setdefault("_anchors", {})
+        state.setdefault("_score_center", np.zeros(len(state["catalog"].workloads)))
         if "local_weights" not in state:
             # Pickled before the weighted local prior: its local model was trained on other columns, so
             # the global model answers every query (no local prior), and cached neighbours are recomputed.
@@ -284,6 +299,12 @@ class FeatureBuilder:
         self.models = tuple(sorted({m for m, _ in self._refs}))
         self._fit_neighbours(rows)
         queries = [query_of(r) for r in rows]
+        flops = [self.model_catalog.find(m) for m in {q.model for q in queries}]
+        known = [math.log(p.train_gflops) for p in flops if p is not None]
+        self._mean_log_flops = float(np.mean(known)) if known else 0.0
+        self._anchors = {}
+        scores = [self._profile(g).scores for g in self.catalog.gpu_types()]
+        self._score_center = np.log(scores).mean(axis=0)
         inputs = self._physical_inputs(queries, [self._profile(q.gpu_type) for q in queries])
         log_samples = np.log([r.steps_per_sec for r in rows]) + inputs[1]
         self.physical = PhysicalPrior().fit(*inputs, log_samples)
@@ -316,9 +337,9 @@ class FeatureBuilder:
         combined = (np.nan_to_num(estimates) * weights).sum(axis=1) / np.where(total > 0, total, 1.0)
         return np.where((total > 0) & ~np.isnan(neighbours).all(axis=1), combined, np.nan)
 
-    @staticmethod
-    def _physical_inputs(queries: Sequence[Query], profiles: Sequence[GpuProfile]) -> tuple:
-        """Arguments of PhysicalPrior.fit/predict for `queries` on their GPUs' `profiles`."""
+    def _physical_inputs(self, queries: Sequence[Query], profiles: Sequence[GpuProfile]) -> tuple:
+        """Arguments of PhysicalPrior.fit/predict for `queries` on their GPUs' `profiles` (the last being
+        each query's `anchor` and a step's log FLOPs per parameter, NaN where uncatalogued)."""
         log_scores = np.log([p.scores for p in profiles])
         specs = np.array([(p.mem_bw_gbps, p.fp32_tflops, p.memory_gb) for p in profiles], dtype=float)
         return (
@@ -328,7 +349,35 @@ class FeatureBuilder:
             [q.precision for q in queries],
             [workload_key(q.model, q.precision) for q in queries],
             [model_key(q.model) for q in queries],
+            np.array([self._anchor(q.model, p) for q, p in zip(queries, profiles, strict=True)]),
+            np.array([self._intensity(q.model) + log_batch_of(q.batch_size) for q in queries]),
         )
+
+    def _intensity(self, model: str) -> float:
+        """Log FLOPs per parameter per sample of `model` (models.catalog); NaN if uncatalogued. Cached with
+        the anchors."""
+        value = self._anchors.get((model, ""))
+        if value is None:
+            found = self.model_catalog.find(model)
+            value = math.log(found.train_gflops * 1e3 / found.params_m) if found is not None else math.nan
+            self._anchors[(model, "")] = value
+        return value
+
+    def _anchor(self, model: str, profile: GpuProfile) -> float:
+        """Physical expectation of log samples/s of `model` on one GPU of `profile`, up to a constant: the
+        log speed of the benchmarks the model moves like (`ModelCatalog.affinity`; all alike, the mean,
+        when it is uncatalogued) less its log training FLOPs per sample (the catalogued training models'
+        mean when it is uncatalogued)."""
+        cached = self._anchors.get((model, profile.key))
+        if cached is not None:
+            return cached
+        weights = self.model_catalog.affinity(model, self.catalog.reference_models())
+        relative = np.log(profile.scores) - self._score_center
+        speed = float(relative.mean() if weights is None else np.dot(weights, relative))
+        found = self.model_catalog.find(model)
+        flops = math.log(found.train_gflops) if found is not None else self._mean_log_flops
+        value = self._anchors[(model, profile.key)] = speed - flops
+        return value
 
     def _fit_neighbours(self, rows: Sequence[ThroughputRow]) -> None:
         """Index the measured log steps/s by configuration for the neighbour features."""
@@ -586,4 +635,5 @@ class FeatureBuilder:
         clone = copy.copy(self)
         clone.catalog = catalog
         clone._measured_nb = {}
+        clone._anchors = {}
         return clone

@@ -33,10 +33,12 @@ ALPHA = 0.1
 INTERCEPT_SCALE = 3.0
 """Per-workload intercepts are penalised 1/9 as much as the shared slopes: workloads differ most in their
 level."""
-MIN_GPU_TYPES_FOR_OWN_SLOPES = 3
-"""Fewer GPU types in the training data than this: workloads share their GPU slopes (none of their own).
-Through two cards any slope fits exactly, and a workload's own slope then extrapolates wildly to a card
-outside their range (Gavel's table with K80 held out: 105% MAPE on K80 with own slopes, 68% without)."""
+# GPU slopes (shared and per workload) are fitted only through more GPU types than there are GPU columns
+# (`gpu_block`: mean score, each score's deviation, three specs): through fewer, any slope fits exactly
+# and extrapolates wildly to a card outside their range (Gavel's 3 types and 7 columns: a new A10 whose
+# FP32 TFLOPS are twice the V100's was predicted at 43% of its ResNet-50 speed; with K80 held out, 68%
+# MAPE on K80 against 28% without). Then the anchor alone (the benchmarks the model moves like) places
+# a new card.
 SLOPE_SCALE = 0.5
 """Per-workload slopes are penalised 4x as much as the shared ones: with few cards measured, a workload's
 own slope on five GPU columns is poorly determined (leave-one-GPU-type-out: 12.0% -> 11.9% on Lambda's
@@ -51,7 +53,19 @@ class PhysicalPrior:
         self.models: dict[str, int] = {}
         self._own_gpu_slopes = True
         self._center = np.empty(0)
+        self._legacy = False
+        self._center_intensity = 0.0
+        self._batch_center: dict[str, float] = {}
+        """Mean log batch of each workload's training rows: the batch term is the workload's own batch
+        relative to its usual one (a model's usual batch says nothing of its speed; a model never measured
+        has no batch term)."""
         self._ridge: Ridge | None = None
+
+    def __setstate__(self, state: dict) -> None:
+        # Fitted before the model catalog: its ridge knows neither the intensity nor the uncatalogued column,
+        # centred batches globally and kept GPU slopes through two cards; it is served as it was fitted.
+        state.setdefault("_legacy", "_center_intensity" not in state)
+        self.__dict__.update(state)
 
     @staticmethod
     def gpu_block(log_scores: np.ndarray, specs: np.ndarray) -> np.ndarray:
@@ -67,15 +81,31 @@ class PhysicalPrior:
         precision: Sequence[str],
         workloads: Sequence[str],
         models: Sequence[str],
+        intensity: np.ndarray,
     ) -> np.ndarray:
         gpu = np.where(np.isnan(gpu), self._center[: gpu.shape[1]], gpu) - self._center[: gpu.shape[1]]
-        lb = log_batch - self._center[-2]
+        if self._legacy:
+            lb = log_batch - self._center[-2]
+        else:
+            centers = self._batch_center
+            lb = log_batch - np.array([centers.get(w, b) for w, b in zip(workloads, log_batch, strict=True)])
         ln = log_gpus - self._center[-1]
         half = np.array([p != "fp32" for p in precision], dtype=float)[:, None]
         bf16 = np.array([p == "bf16" for p in precision], dtype=float)[:, None]
+        if not self._own_gpu_slopes and not self._legacy:
+            # Too few cards to determine any GPU slope (see above): the anchor alone.
+            gpu = np.zeros_like(gpu)
         per = np.hstack([gpu, lb[:, None], ln[:, None]])
         width = per.shape[1] + 1
+        # Uncatalogued models' levels (their FLOPs unknown) get a shared term of their own, so that they do
+        # not move the level a catalogued model never measured gets (the mean over catalogued ones).
+        # A step's arithmetic intensity (FLOPs per weight: batch x FLOPs per parameter per sample) tells how
+        # near the card's peak a model runs (the roofline): one shared slope, learnt over the models.
         base = np.hstack([per, half, bf16, half * gpu])
+        if not self._legacy:
+            unknown = np.isnan(intensity)
+            ai = np.where(unknown, 0.0, intensity - self._center_intensity)[:, None]
+            base = np.hstack([base, INTERCEPT_SCALE * unknown[:, None], ai])
         n = len(log_batch)
         out = np.zeros((n, base.shape[1] + width * (len(self.workloads) + len(self.models))))
         out[:, : base.shape[1]] = base
@@ -101,11 +131,15 @@ class PhysicalPrior:
         precision: Sequence[str],
         workloads: Sequence[str],
         models: Sequence[str],
+        anchor: np.ndarray,
+        intensity: np.ndarray,
         log_samples: np.ndarray,
     ) -> PhysicalPrior:
-        """Fit on training rows (one entry per row in every argument); returns self."""
+        """Fit on training rows (one entry per row in every argument); returns self. `anchor` is each row's
+        physical expectation of log samples/s on one GPU up to a constant (see `_offset`); `intensity` the
+        log FLOPs per parameter of a step, NaN where the model is uncatalogued (models.catalog)."""
         self.workloads = {k: i for i, k in enumerate(sorted(set(workloads)))}
-        self._own_gpu_slopes = len(np.unique(np.nan_to_num(gpu), axis=0)) >= MIN_GPU_TYPES_FOR_OWN_SLOPES
+        self._own_gpu_slopes = len(np.unique(np.nan_to_num(gpu), axis=0)) > gpu.shape[1]
         per_model: dict[str, set[str]] = {}
         for m, w in zip(models, workloads, strict=True):
             per_model.setdefault(m, set()).add(w)
@@ -114,15 +148,21 @@ class PhysicalPrior:
         with np.errstate(invalid="ignore"):
             center = np.nanmean(gpu, axis=0)
         self._center = np.concatenate([np.nan_to_num(center), [log_batch.mean(), log_gpus.mean()]])
-        X = self._design(gpu, log_batch, log_gpus, precision, workloads, models)
-        self._ridge = Ridge(alpha=ALPHA).fit(X, log_samples - self._offset(gpu, log_gpus))
+        per_workload: dict[str, list[float]] = {}
+        for w, b in zip(workloads, log_batch, strict=True):
+            per_workload.setdefault(w, []).append(b)
+        self._batch_center = {w: float(np.mean(v)) for w, v in per_workload.items()}
+        self._center_intensity = float(np.nanmean(intensity)) if not np.isnan(intensity).all() else 0.0
+        X = self._design(gpu, log_batch, log_gpus, precision, workloads, models, intensity)
+        self._ridge = Ridge(alpha=ALPHA).fit(X, log_samples - self._offset(anchor, log_gpus))
         return self
 
     @staticmethod
-    def _offset(gpu: np.ndarray, log_gpus: np.ndarray) -> np.ndarray:
-        """What the coefficients are deviations from: samples/s proportional to the GPU's benchmark speed
-        and to the GPU count (the ridge shrinks toward that, not toward no effect)."""
-        return gpu[:, 0] + log_gpus
+    def _offset(anchor: np.ndarray, log_gpus: np.ndarray) -> np.ndarray:
+        """What the coefficients are deviations from: samples/s proportional to the anchor (the speed of
+        the benchmarks the model moves like, over its FLOPs per sample: models.features) and to the GPU
+        count (the ridge shrinks toward that, not toward no effect)."""
+        return anchor + log_gpus
 
     def predict(
         self,
@@ -132,12 +172,14 @@ class PhysicalPrior:
         precision: Sequence[str],
         workloads: Sequence[str],
         models: Sequence[str],
+        anchor: np.ndarray,
+        intensity: np.ndarray,
     ) -> np.ndarray:
         """Predicted log samples/s of each query."""
         if self._ridge is None:
             raise RuntimeError("PhysicalPrior.predict called before fit")
-        X = self._design(gpu, log_batch, log_gpus, precision, workloads, models)
-        return self._ridge.predict(X) + self._offset(gpu, log_gpus)
+        X = self._design(gpu, log_batch, log_gpus, precision, workloads, models, intensity)
+        return self._ridge.predict(X) + self._offset(anchor, log_gpus)
 
 
 def log_batch_of(batch_size: int | None) -> float:

@@ -123,10 +123,17 @@ def test_bench_report_shape_and_targets():
             assert {"mape", "median_ape", "r2"} <= set(m)
     assert set(report["train_s"]) == set(report["predict_1000_ms"]) == {"rf", "baseline"}
     assert report["splits"]["random"]["rf"]["mape"] < 0.1
-    names = [t["name"] for t in report["targets"]]
-    assert names[0] == "random MAPE" and len(names) == 5
-    coverage = next(t for t in report["targets"] if "coverage" in t["name"])
-    assert coverage["low"] == 0.60 and coverage["limit"] == 0.76
+    by_name = {t["name"]: t for t in report["targets"]}
+    assert list(by_name)[0] == "random MAPE" and len(by_name) == 8
+    assert by_name["leave-one-GPU-type-out MAPE (3 types)"]["limit"] == 0.25  # issue 29: 25% through 3 types
+    coverage = by_name["leave-one-GPU-type-out coverage of the stated spread"]
+    assert coverage["low"] == 0.60 and coverage["limit"] == 0.80
+    # A3C is not catalogued: the catalogued figure is over the other three models' rows only.
+    lmo = report["splits"]["leave_model_out"]["rf"]
+    assert set(lmo["per_model"]) == {"resnet50", "transformer", "lm", "a3c"}
+    catalogued = [v for k, v in lmo["per_model"].items() if k != "a3c"]
+    assert min(catalogued) <= lmo["catalogued_mape"] <= max(catalogued)
+    assert by_name["leave-one-model-out MAPE, catalogued models"]["value"] == lmo["catalogued_mape"]
     assert 0 <= report["splits"]["leave_gpu_out"]["rf"]["calibrated_coverage"] <= 1
     assert report["predict_1000_first_ms"]["rf"] > 0
 
