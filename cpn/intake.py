@@ -1,9 +1,10 @@
 """Job intake: Kubernetes manifests carrying cpn's annotations, parsed into JobSpecs.
 
-Accepted documents:
-
-- `batch/v1` `Job` and `batch.volcano.sh/v1alpha1` `Job`: training jobs;
-- `apps/v1` `Deployment`: an inference service.
+Accepted documents: the workload kinds of `cpn.workloads` (batch and Volcano Jobs, Kubeflow's PyTorchJob,
+TFJob, MPIJob and TrainJob, JobSet, KubeRay's RayJob and RayCluster, a bare Pod: training; Deployments,
+LeaderWorkerSets, RayServices and KServe InferenceServices: inference services), in any version their
+project serves. A custom resource is checked against its CRD's schema (`cpn.crd_schemas`), as the API
+server would. An object with `metadata.generateName` and no name is named at intake (`_generated_name`).
 
 Objects that commonly travel beside a job (`SKIPPED_KINDS`: a Service, a ConfigMap, ...)
 are skipped; any other kind is an error, so that a typo (`kind: job`) is not silently dropped.
@@ -52,7 +53,10 @@ are not numbers, and every message quotes at most a few hundred characters of in
 
 from __future__ import annotations
 
+import base64
 import difflib
+import hashlib
+import json
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
@@ -61,6 +65,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from cpn import workloads
+from cpn.crd_schemas import schema_problems
 from cpn.inventory import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from cpn.jobs import JobKind, JobSpec, normalise_precision
 from cpn.model_names import model_key
@@ -68,11 +74,9 @@ from cpn.rules import POOLS_FOR_KIND, USAGE_TAINT_SUFFIX
 from cpn.safe_yaml import DEFAULT_LIMITS, Budget, LimitExceeded, Limits, clip, dump, load_one
 
 SUPPORTED_KINDS: dict[tuple[str, str], JobKind] = {
-    ("batch/v1", "Job"): "training",
-    ("batch.volcano.sh/v1alpha1", "Job"): "training",
-    ("apps/v1", "Deployment"): "inference",
+    (api, w.kind): w.job_kind for w in workloads.WORKLOADS for api in w.api_versions
 }
-"""(apiVersion, kind) of the objects cpn accepts, and the kind of job each one is."""
+"""(apiVersion, kind) of the objects cpn accepts, and the kind of job each one is (`cpn.workloads`)."""
 
 SKIPPED_KINDS = frozenset(
     {
@@ -105,7 +109,7 @@ MAX_CPU = 100_000
 GPU_RESOURCE = "nvidia.com/gpu"
 """Extended resource name of NVIDIA GPUs in container resource limits."""
 
-_SUPPORTED_TEXT = ", ".join(f"{api} {kind}" for api, kind in SUPPORTED_KINDS)
+_SUPPORTED_TEXT = workloads.SUPPORTED_TEXT
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
 _DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL)
@@ -417,7 +421,9 @@ def _stored_gpus_from(spec: JobSpec) -> str:
     doc = load_one(first, Budget(DEFAULT_LIMITS))
     col = _Collector(1, doc)  # not reported: the manifest passed intake when it was accepted
     annotations = _annotations(doc["metadata"], col)
-    _, gang = _job_gang(doc, doc["apiVersion"], annotations.gpu_count if annotations else None, col)
+    workload = workloads.workload_of(doc)
+    assert workload is not None  # it passed intake
+    _, gang = _job_gang(doc, workload, annotations.gpu_count if annotations else None, col)
     return gang.gpus_from
 
 
@@ -509,32 +515,40 @@ def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
     if not isinstance(api, str) or not isinstance(kind, str):
         col.add("", "not a Kubernetes object: apiVersion and kind must both be set")
         return None
-    job_kind = SUPPORTED_KINDS.get((api, kind))
-    if job_kind is None:
-        if kind in {k for _, k in SUPPORTED_KINDS}:
-            col.add("apiVersion", f"{kind} {_quote(api)} is not supported; cpn accepts {_SUPPORTED_TEXT}")
-        elif kind not in SKIPPED_KINDS:
-            col.add(
-                "kind",
-                f"{_quote(kind)} is not a kind cpn accepts ({_SUPPORTED_TEXT}) or skips "
-                f"({', '.join(sorted(SKIPPED_KINDS))}); kinds are case-sensitive",
-            )
+    workload = workloads.workload_kind(api, kind)
+    if workload is None:
+        if kind not in SKIPPED_KINDS:
+            col.add("kind", _unknown_kind(kind))
+        return None
+    if api not in workload.api_versions:
+        col.add(
+            "apiVersion",
+            f"{_quote(api)} is not a version of {kind} cpn accepts; use {' or '.join(workload.api_versions)}",
+        )
         return None
 
     meta = _mapping(doc.get("metadata"), "metadata", col, required=True)
+    if meta is not None and meta.get("name") is None and meta.get("generateName") is not None:
+        name = _generated_name(doc, meta["generateName"], col)
+        if name is not None:
+            doc = {**doc, "metadata": {**meta, "name": name}}
+            meta = doc["metadata"]
     job_id = _job_id(meta, col) if meta is not None else None
     annotations = _annotations(meta, col) if meta is not None else None
     if meta is not None:
         _kubernetes_metadata(meta, "metadata", col, own=CPN_ANNOTATIONS)
-    pods, gang = _job_gang(doc, api, annotations.gpu_count if annotations else None, col)
-    image = _image(pods[0].containers, col) if pods else None
+    pods, gang = _job_gang(doc, workload, annotations.gpu_count if annotations else None, col)
+    image = _image(pods[0].containers, col, workload.runtime_image) if pods else None
+    if not col.problems:
+        for field, message in schema_problems(_text_annotations(doc), workload):
+            col.add(field, f"{message} ({workload.project} {kind} CRD schema)")
     if col.problems or job_id is None or annotations is None or image is None:
         return None
     a = annotations
     spec = JobSpec(
         job_id=job_id,
         model=a.model_name,
-        kind=job_kind,
+        kind=workload.job_kind,
         batch_size=a.batch_size,
         num_gpus=gang.num_gpus,
         epochs=a.epoch,
@@ -558,6 +572,43 @@ def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
         manifest=dump(_text_annotations(doc)),
     )
     return spec, gang.gpus_from
+
+
+KIND_TYPO_SIMILARITY = 0.8
+"""How alike (difflib's ratio, case ignored) an unknown kind must be to a known one to be named as what was
+probably meant: `job`/`Job` and `Pytorchjob`/`PyTorchJob` are 1.0, `Deploy`/`Deployment` 0.75 is not."""
+
+
+def _unknown_kind(kind: str) -> str:
+    """The refusal of a kind cpn neither accepts nor skips: the kinds it accepts, and the one probably meant
+    when one is that close."""
+    known = [w.kind for w in workloads.WORKLOADS] + sorted(SKIPPED_KINDS)
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(kind.lower(), by_lower, n=1, cutoff=KIND_TYPO_SIMILARITY)
+    hint = f"did you mean {by_lower[close[0]]!r}? " if close and len(kind) <= 64 else ""
+    return (
+        f"{_quote(kind)} is not a kind cpn accepts; {hint}cpn accepts {_SUPPORTED_TEXT}, and skips "
+        f"{', '.join(sorted(SKIPPED_KINDS))} beside them"
+    )
+
+
+GENERATED_SUFFIX = 10
+"""Characters of the content digest a `generateName` is completed with."""
+
+
+def _generated_name(doc: dict, prefix: Any, col: _Collector) -> str | None:
+    """The name of an object that gives only `metadata.generateName`: the prefix (cut to leave room, as the
+    API server cuts it) and a digest of the whole document. Deterministic, so a retried submission of the
+    same document is the same job (the store answers it already exists), and collision-safe: documents
+    that differ in anything get different names. Two runs of one manifest need a change in it."""
+    if not isinstance(prefix, str) or not prefix:
+        col.add(
+            "metadata.generateName", f"{_quote(prefix)} is not a name prefix; give a text such as 'train-'"
+        )
+        return None
+    canonical = json.dumps(doc, sort_keys=True, default=str).encode()
+    digest = base64.b32encode(hashlib.sha256(canonical).digest()).decode().lower()
+    return prefix[: 63 - GENERATED_SUFFIX] + digest[:GENERATED_SUFFIX]
 
 
 def _text_annotations(doc: dict) -> dict:
@@ -616,7 +667,7 @@ def _job_id(meta: dict, col: _Collector) -> str | None:
     if name is None:
         col.add(
             "metadata.name",
-            "missing; cpn needs a fixed name to make the job id (generateName is not supported)",
+            "missing; give the job a name (or a metadata.generateName prefix cpn completes)",
         )
         ok = False
     elif not isinstance(name, str) or len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
@@ -762,55 +813,59 @@ class _Pod:
     containers: list[tuple[str, dict]]
 
 
-def _pod_templates(doc: dict, api: str, col: _Collector) -> list[_Pod]:
-    """Each pod template of the job with its pod count (Volcano task `replicas`, Job `parallelism`,
-    Deployment `replicas`; 1 when unset) and its containers as (field path, container)."""
+def _pod_templates(doc: dict, workload: workloads.WorkloadKind, col: _Collector) -> list[_Pod]:
+    """Each pod template of the job (where `cpn.workloads` says its kind keeps them) with its pod count and
+    its containers as (field path, container)."""
     spec = _mapping(doc.get("spec"), "spec", col, required=True)
     if spec is None:
         return []
-    if api.startswith("batch.volcano.sh/"):
-        tasks = spec.get("tasks")
-        if not isinstance(tasks, list) or not tasks:
-            col.add("spec.tasks", "a Volcano job needs a non-empty list of tasks")
-            return []
-        templates = [
-            (
-                f"spec.tasks[{i}].template",
-                task.get("template") if isinstance(task, dict) else task,
-                _replicas(task, "replicas", f"spec.tasks[{i}].replicas", col)
-                if isinstance(task, dict)
-                else 1,
-            )
-            for i, task in enumerate(tasks)
-        ]
-    else:
-        key = "parallelism" if doc.get("kind") == "Job" else "replicas"
-        templates = [("spec.template", spec.get("template"), _replicas(spec, key, f"spec.{key}", col))]
+    slots = workload.slots(doc)
+    if not slots:
+        col.add(*_no_templates(workload))
+        return []
     pods = []
-    for field, template, replicas in templates:
-        template = _mapping(template, field, col, required=True)
+    for slot in slots:
+        field = slot.field
+        template = _mapping(slot.template, field, col, required=True)
         pod_meta = _mapping(template.get("metadata"), f"{field}.metadata", col) if template else None
-        if pod_meta is not None:
+        if pod_meta is not None and pod_meta is not doc.get("metadata"):
             _kubernetes_metadata(pod_meta, f"{field}.metadata", col)
-        pod_spec = _mapping(template.get("spec"), f"{field}.spec", col, required=True) if template else None
+        pod_spec = (
+            _mapping(template.get("spec"), slot.pod_spec_field, col, required=True) if template else None
+        )
         if pod_spec is None:
             continue
-        containers = pod_spec.get("containers")
-        cfield = f"{field}.spec.containers"
-        if not isinstance(containers, list) or not containers:
-            col.add(cfield, "a pod needs a non-empty list of containers")
+        replicas = 1
+        for count in slot.counts:
+            replicas *= max(_replicas(count.value, count.field, col) - count.less, count.least)
+        if replicas > MAX_GPUS:
+            col.add(field, f"{replicas:,} pods in all; at most {MAX_GPUS} per job")
+            replicas = 1
+        found = workloads.containers(pod_spec)
+        sfield = slot.pod_spec_field
+        if not found:
+            col.add(f"{sfield}.containers", "a pod needs a non-empty list of containers")
             continue
-        checked = [
-            (f"{cfield}[{i}]", _mapping(c, f"{cfield}[{i}]", col, required=True))
-            for i, c in enumerate(containers)
-        ]
+        checked = [(f"{sfield}.{at}", _mapping(c, f"{sfield}.{at}", col, required=True)) for at, c in found]
         pods.append(_Pod(field, replicas, pod_spec, [(f, c) for f, c in checked if c is not None]))
     return pods
 
 
-def _replicas(spec: dict, key: str, field: str, col: _Collector) -> int:
-    """A pod count (`replicas`, `parallelism`): a whole number from 0 to MAX_GPUS, 1 when unset."""
-    value = spec.get(key, 1)
+def _no_templates(workload: workloads.WorkloadKind) -> tuple[str, str]:
+    """(field, reason) for a manifest of `workload`'s kind whose pod templates are missing or not a list."""
+    where = {
+        "batch.volcano.sh": "spec.tasks",
+        "kubeflow.org": f"spec.{workload.kind[:-3].lower()}ReplicaSpecs",
+        "trainer.kubeflow.org": "spec.trainer",
+        "jobset.x-k8s.io": "spec.replicatedJobs",
+    }.get(workload.group, "spec")
+    if workload.group == "batch.volcano.sh":
+        return where, "a Volcano job needs a non-empty list of tasks"
+    return where, f"a {workload.kind} needs its pod templates here ({workload.project}'s documentation)"
+
+
+def _replicas(value: Any, field: str, col: _Collector) -> int:
+    """A pod count (`replicas`, `parallelism`) as written: a whole number from 0 to MAX_GPUS."""
     if type(value) is not int or not 0 <= value <= MAX_GPUS:
         col.add(field, f"{_quote(value)} is not a whole number of pods from 0 to {MAX_GPUS}")
         return 1
@@ -833,9 +888,11 @@ class _Gang:
     """Its pods must run on distinct nodes (`_spread`)."""
 
 
-def _job_gang(doc: dict, api: str, per_pod: int | None, col: _Collector) -> tuple[list[_Pod], _Gang]:
+def _job_gang(
+    doc: dict, workload: workloads.WorkloadKind, per_pod: int | None, col: _Collector
+) -> tuple[list[_Pod], _Gang]:
     """The job's pod templates and what they hold in all (`_gang`); `per_pod` is its `gpu_count`."""
-    pods = _pod_templates(doc, api, col)
+    pods = _pod_templates(doc, workload, col)
     gpus = [_pod_gpus(p.containers, col) for p in pods]
     cpus = [_pod_cpu(p.containers, col) for p in pods]
     return pods, _gang(pods, gpus, cpus, per_pod, col)
@@ -1063,12 +1120,15 @@ def _cpu_cores(value: Any) -> float | None:
     return cores if cores <= MAX_CPU else None
 
 
-def _image(containers: list[tuple[str, dict]], col: _Collector) -> str | None:
-    """Image of the first container of a pod template."""
+def _image(containers: list[tuple[str, dict]], col: _Collector, runtime_image: bool = False) -> str | None:
+    """Image of the first container of a pod template; "" for a kind whose runtime supplies it when the
+    container names none (`WorkloadKind.runtime_image`: nothing to copy with the job)."""
     if not containers:
         return None
     field, container = containers[0]
     image = container.get("image")
+    if image is None and runtime_image:
+        return ""
     if not isinstance(image, str) or not image.strip():
         col.add(f"{field}.image", "missing; every container needs an image")
         return None
