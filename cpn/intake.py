@@ -60,7 +60,7 @@ import json
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -272,7 +272,7 @@ class Reading:
     goes unseen. Everything but `gpus_from` is the JobSpec's own, in the submitter's terms."""
 
     kind: JobKind
-    """training (a Job or Volcano Job) or inference (a Deployment)."""
+    """training or inference: what its workload kind is (`cpn.workloads`; `workload` below names it)."""
     pods: int
     """GPU-holding pods, started together as one gang."""
     gpus_per_pod: tuple[int, ...]
@@ -296,18 +296,25 @@ class Reading:
     """Least card memory its manifest requires (`nvidia.com/gpu.memory`); None: any."""
     cpu: float
     """CPU cores of its GPU-holding pods in all."""
+    workload: str = ""
+    """The object that runs it, `<apiVersion> <kind>` (`kubeflow.org/v1 PyTorchJob`); empty: a trace row."""
+    name_from: str = ""
+    """How its name came: empty when the manifest gives `metadata.name`, else the `generateName` prefix
+    and the digest intake completed it with."""
 
     @classmethod
-    def of(cls, spec: JobSpec, gpus_from: str | None = None) -> Reading:
-        """The reading of accepted `spec`; without `gpus_from`, that is read again from its stored manifest
-        by the rules that counted it (a job shown after it was accepted)."""
+    def of(cls, spec: JobSpec, said: _Said | None = None) -> Reading:
+        """The reading of accepted `spec`; without what intake `said` of it, that is read again from its
+        stored manifest by the rules that found it (a job shown after it was accepted)."""
         sizes = spec.pod_gpus or (spec.num_gpus,)
+        if said is None:
+            said = _stored_said(spec)
         return cls(
             kind=spec.kind,
             pods=len(sizes),
             gpus_per_pod=sizes,
             gpus=spec.num_gpus,
-            gpus_from=_stored_gpus_from(spec) if gpus_from is None else gpus_from,
+            gpus_from=said.gpus_from,
             gpu_products=spec.gpu_products,
             node_pools=spec.node_pools or tuple(sorted(POOLS_FOR_KIND[spec.kind])),
             priority=spec.priority,
@@ -315,6 +322,8 @@ class Reading:
             gpu_mem_gb=spec.gpu_mem_gb,
             gpu_memory_min_gb=spec.gpu_memory_min_gb,
             cpu=spec.cpu,
+            workload=said.workload,
+            name_from=said.name_from,
         )
 
     def summary(self) -> str:
@@ -333,6 +342,8 @@ class Reading:
         ]
         if self.gpu_memory_min_gb is not None:
             parts.append(f"cards of at least {self.gpu_memory_min_gb:g} GB")
+        if self.name_from:
+            parts.append(f"named by {self.name_from}")
         return "; ".join([*parts, _count(self.cpu, "CPU")])
 
 
@@ -367,7 +378,7 @@ def read_manifests(
         raise IntakeError(source, [Problem(0, None, "", reason)])
     budget = Budget(limits)
     problems: list[Problem] = []
-    read: list[tuple[JobSpec, str]] = []
+    read: list[tuple[JobSpec, _Said]] = []
     first_doc_of: dict[str, int] = {}
     skipped: list[str] = []
     services: list[dict] = []
@@ -410,13 +421,21 @@ def read_manifests(
     if problems:
         raise IntakeError(source, problems)
     specs = _with_services([spec for spec, _ in read], services)
-    return [(spec, Reading.of(spec, gpus_from)) for spec, (_, gpus_from) in zip(specs, read, strict=True)]
+    return [(spec, Reading.of(spec, said)) for spec, (_, said) in zip(specs, read, strict=True)]
 
 
-def _stored_gpus_from(spec: JobSpec) -> str:
-    """`Reading.gpus_from` of an accepted job, read again from its stored manifest (its first document)."""
+class _Said(NamedTuple):
+    """What intake tells of how it read a job, beside the JobSpec (`Reading`'s fields of the same names)."""
+
+    gpus_from: str
+    name_from: str = ""
+    workload: str = ""
+
+
+def _stored_said(spec: JobSpec) -> _Said:
+    """`_Said` of an accepted job, read again from its stored manifest (its first document)."""
     if not spec.manifest:
-        return "num_gpus of the job's trace row (it came without a manifest)"
+        return _Said("num_gpus of the job's trace row (it came without a manifest)")
     (_, first), *_ = _split_documents(spec.manifest)
     doc = load_one(first, Budget(DEFAULT_LIMITS))
     col = _Collector(1, doc)  # not reported: the manifest passed intake when it was accepted
@@ -424,7 +443,20 @@ def _stored_gpus_from(spec: JobSpec) -> str:
     workload = workloads.workload_of(doc)
     assert workload is not None  # it passed intake
     _, gang = _job_gang(doc, workload, annotations.gpu_count if annotations else None, col)
-    return gang.gpus_from
+    return _Said(gang.gpus_from, _name_from(doc), f"{doc['apiVersion']} {doc['kind']}")
+
+
+def _name_from(doc: dict) -> str:
+    """`Reading.name_from` of a workload object as accepted (its name completed, its generateName kept)."""
+    meta = doc.get("metadata") or {}
+    prefix = meta.get("generateName")
+    if (
+        not isinstance(prefix, str)
+        or not prefix
+        or not str(meta.get("name", "")).startswith(prefix[: 63 - GENERATED_SUFFIX])
+    ):
+        return ""
+    return f"generateName {prefix!r} + a digest of the document (the same document gets the same name)"
 
 
 def _with_services(specs: list[JobSpec], services: list[dict]) -> list[JobSpec]:
@@ -505,9 +537,9 @@ class _Collector:
             self.problems.append(problem)
 
 
-def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
-    """The JobSpec of one document and where its GPU count came from (`Reading.gpus_from`); None when it
-    is not a job (skipped) or has problems (recorded)."""
+def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, _Said] | None:
+    """The JobSpec of one document and what intake says of how it read it (`_Said`); None when it is not
+    a job (skipped) or has problems (recorded)."""
     if not isinstance(doc, dict):
         col.add("", f"not a Kubernetes object: expected a mapping with apiVersion and kind, got {_type(doc)}")
         return None
@@ -571,7 +603,7 @@ def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
         spread=gang.spread,
         manifest=dump(_text_annotations(doc)),
     )
-    return spec, gang.gpus_from
+    return spec, _Said(gang.gpus_from, _name_from(doc), f"{api} {kind}")
 
 
 KIND_TYPO_SIMILARITY = 0.8

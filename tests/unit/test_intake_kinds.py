@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from cpn.crd_schemas import served_versions
-from cpn.intake import IntakeError, parse_manifests, read_manifests
+from cpn.intake import IntakeError, Reading, parse_manifests, read_manifests
 from cpn.workloads import WORKLOADS
 
 KINDS = Path(__file__).parent.parent / "data" / "kinds"
@@ -46,7 +46,9 @@ def test_each_kind_is_counted_whole_as_one_gang(name, kind, gpus, pod_gpus, prio
     ((spec, reading),) = read_manifests(manifest(name), f"{name}.yaml")
     assert (spec.kind, spec.num_gpus, spec.pod_gpus, spec.priority) == (kind, gpus, pod_gpus, priority)
     assert reading.gpus_from.startswith('resources.limits["nvidia.com/gpu"]')
-    assert yaml.safe_load(spec.manifest)["kind"] == yaml.safe_load(manifest(name))["kind"]
+    original = yaml.safe_load(manifest(name))
+    assert yaml.safe_load(spec.manifest)["kind"] == original["kind"]
+    assert reading.workload == f"{original['apiVersion']} {original['kind']}" and reading.name_from == ""
 
 
 def test_lws_counts_size_minus_one_workers_per_group():
@@ -109,6 +111,9 @@ def test_generate_name_gets_a_deterministic_name_that_differs_with_the_content()
     assert a.job_id == again.job_id and a.job_id != b.job_id
     assert a.job_id.startswith("default/gpu-pod-") and len(a.job_id) == len("default/gpu-pod-") + 10
     assert yaml.safe_load(a.manifest)["metadata"]["name"] == a.job_id.split("/")[1]
+    ((_, reading),) = read_manifests(yaml.safe_dump(doc))
+    assert "generateName 'gpu-pod-'" in reading.name_from and "named by generateName" in reading.summary()
+    assert Reading.of(b) == reading  # told again from the stored manifest
 
 
 def test_a_custom_resource_its_crd_schema_refuses_is_refused_naming_the_field():

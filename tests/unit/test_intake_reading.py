@@ -35,6 +35,7 @@ def test_a_manifest_without_gpu_limit_or_gpu_count_says_it_took_the_default():
         gpu_mem_gb=None,
         gpu_memory_min_gb=None,
         cpu=2.0,
+        workload="apps/v1 Deployment",
     )
 
 
