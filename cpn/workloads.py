@@ -64,6 +64,14 @@ class Slot:
     def pod_spec_field(self) -> str:
         return self.spec_field or f"{self.field}.spec"
 
+    @property
+    def pods(self) -> int:
+        """Its pod count, of a manifest intake accepted (its counts are whole numbers)."""
+        total = 1
+        for count in self.counts:
+            total *= max(int(count.value) - count.less, count.least)
+        return total
+
 
 @dataclass(frozen=True)
 class WorkloadKind:
@@ -191,7 +199,8 @@ def _trainjob(doc: dict) -> list[Slot]:
     trainer = _get(_get(doc, "spec", {}), "trainer", {})
     if not isinstance(trainer, dict):
         return []
-    container = {"name": TRAINJOB_NODE, "resources": trainer.get("resourcesPerNode") or {}}
+    resources = trainer.get("resourcesPerNode")
+    container = {"name": TRAINJOB_NODE, "resources": resources if isinstance(resources, dict) else {}}
     if "image" in trainer:
         container["image"] = trainer["image"]
     template = {"metadata": {}, "spec": {"containers": [container]}}
@@ -549,6 +558,12 @@ WORKLOADS: tuple[WorkloadKind, ...] = (
 """Every kind cpn accepts, in the order messages list them."""
 
 _BY_GROUP_KIND = {(w.group, w.kind): w for w in WORKLOADS}
+
+
+def pod_count(doc: dict) -> int:
+    """Pods of an accepted workload object, all its templates together."""
+    known = workload_of(doc)
+    return 0 if known is None else sum(slot.pods for slot in known.slots(doc))
 
 
 def split_api_version(api_version: str) -> tuple[str, str]:

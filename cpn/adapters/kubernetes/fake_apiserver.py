@@ -1,11 +1,13 @@
 """A small Kubernetes API server over HTTP, for tests and benchmarks of the real `kubernetes` client.
 
 It lives in the package, beside the adapter it stands in for, because `cpn bench gateway` runs the
-gateway against it from an installed cpn (where tests/ is not), and it needs nothing but the standard
-library.
+gateway against it from an installed cpn (where tests/ is not); it needs the standard library and cpn's
+own table of workload kinds and CRD schemas.
 
-It serves what cpn uses, as JSON: nodes; pods with their logs; batch/v1 Jobs, apps/v1 Deployments,
-Volcano Jobs, Services and ConfigMaps (create 201, 409 AlreadyExists, get, delete, list, watch).
+It serves what cpn uses, as JSON: nodes; pods with their logs; every workload kind cpn accepts
+(`cpn.workloads`: batch Jobs, Deployments, bare Pods and the custom resources, Volcano's, Kubeflow's, JobSet,
+LeaderWorkerSet, KubeRay's, KServe's), Services and ConfigMaps (create 201, 409 AlreadyExists, 422 for a
+custom resource its CRD's schema refuses (`cpn.crd_schemas`), get, delete, list, watch).
 Lists carry a resourceVersion; watches stream chunked events after a resourceVersion and honour
 `labelSelector` (k=v,...), `timeoutSeconds` and, for pods, `fieldSelector status.phase!=...`.
 `compact()` makes older versions expire, so a watch from one gets 410 Gone, as etcd compaction does.
@@ -13,10 +15,12 @@ Lists carry a resourceVersion; watches stream chunked events after a resourceVer
 (`requests`) and counted by what an authorizer would call it (`calls`: (API group, resource, verb), a
 watch counted once when it opens).
 
-A stand-in controller and scheduler: creating a workload creates its pods (parallelism, replicas or
-each Volcano task's replicas), each bound to the first node its `matchFields metadata.name` allows that
-has the GPUs free, and running. `finish()` ends a workload's pods (succeeded, failed, OOMKilled) and
-sets the workload's status as the job controller or Volcano would.
+A stand-in controller and scheduler: creating a workload creates its pods (each pod template's count, as
+`cpn.workloads` reads it; a TrainJob's with its runtime patches applied), owned by it, each bound to the
+first node its `matchFields metadata.name` allows that has the GPUs free, and running; a bare Pod is bound
+and run itself. `finish()` ends a workload's pods (succeeded, failed, OOMKilled) and sets the workload's
+status as its controller would (`_ended_status`: the job controller's conditions, Volcano's phase,
+Kubeflow's, JobSet's, KubeRay's).
 
 kmock (STACK.md) was not used: it ignores label selectors and sets no resourceVersion, both of which
 the watch's resume and relist depend on.
@@ -37,7 +41,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-WORKLOADS = {("batch", "jobs"), ("apps", "deployments"), ("batch.volcano.sh", "jobs")}
+from cpn.crd_schemas import schema_problems
+from cpn.workloads import KSERVE_MODEL_KEYS, TRAINJOB_NODE, WorkloadKind, containers, workload_of
+from cpn.workloads import WORKLOADS as KNOWN
+
+WORKLOADS = {(w.group, w.plural): w for w in KNOWN if w.group}
+"""(API group, plural) of the workload kinds whose pods the stand-in controllers make (not a bare Pod)."""
 
 
 def now_iso() -> str:
@@ -229,23 +238,25 @@ class FakeApiServer:
         return None
 
     def _make_pods(self, res: tuple[str, str], obj: dict) -> None:
-        spec, meta = obj["spec"], obj["metadata"]
-        if res == ("batch.volcano.sh", "jobs"):
-            groups = [
-                (f"{meta['name']}-{t['name']}", t["template"], int(t.get("replicas", 1)))
-                for t in spec["tasks"]
-            ]
-        else:
-            count = int(spec.get("parallelism", spec.get("replicas", 1)))
-            groups = [(meta["name"], spec["template"], count)]
-        for prefix, template, count in groups:
-            for i in range(count):
+        """The pods of a new workload, as its controller would make them: each template's pod count
+        (`cpn.workloads`), named `<workload>-<task>-<i>` for a Volcano task, `<workload>-<i>` for a kind of
+        one template, `<workload>-t<k>-<i>` for the k-th template of others; owned by the workload."""
+        meta = obj["metadata"]
+        slots = WORKLOADS[res].slots(obj)
+        for k, slot in enumerate(slots):
+            if res == ("batch.volcano.sh", "jobs"):
+                prefix = f"{meta['name']}-{obj['spec']['tasks'][k]['name']}"
+            else:
+                prefix = meta["name"] if len(slots) == 1 else f"{meta['name']}-t{k}"
+            owner = {
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+            }
+            template = _patched(obj, slot.template)
+            for i in range(slot.pods):
                 tmeta = template.get("metadata", {})
-                pod_spec = json.loads(json.dumps(template["spec"]))
-                node = self._schedule(pod_spec)
-                if node:
-                    pod_spec["nodeName"] = node
-                running = node is not None and self.auto_start
                 pod = {
                     "apiVersion": "v1",
                     "kind": "Pod",
@@ -254,24 +265,39 @@ class FakeApiServer:
                         "namespace": meta["namespace"],
                         "labels": dict(tmeta.get("labels", {})),
                         "annotations": dict(tmeta.get("annotations", {})),
+                        "ownerReferences": [owner],
                     },
-                    "spec": pod_spec,
-                    "status": {"phase": "Running", "startTime": now_iso()}
-                    if running
-                    else {"phase": "Pending"},
+                    "spec": {
+                        **json.loads(json.dumps(slot.template["spec"])),
+                        "containers": _containers(slot),
+                    },
                 }
-                if running:
-                    pod["status"]["containerStatuses"] = [
-                        {"name": c["name"], "state": {"running": {"startedAt": now_iso()}}}
-                        for c in pod_spec["containers"]
-                    ]
-                self.put(("", "pods"), pod)
+                self.put(("", "pods"), self._started(pod))
+
+    def _started(self, pod: dict) -> dict:
+        """`pod` bound to a node with room for it and running (Pending when none has room)."""
+        node = self._schedule(pod["spec"])
+        if node:
+            pod["spec"]["nodeName"] = node
+        running = node is not None and self.auto_start
+        pod["status"] = {"phase": "Running", "startTime": now_iso()} if running else {"phase": "Pending"}
+        if running:
+            pod["status"]["containerStatuses"] = [
+                {"name": c["name"], "state": {"running": {"startedAt": now_iso()}}}
+                for c in pod["spec"]["containers"]
+            ]
+        return pod
 
     def pods_of(self, ns: str, name: str) -> list[dict]:
+        """The pods of workload `name` (those it owns), or the bare pod of that name."""
         return [
             p
             for (pns, pname), p in sorted(self.objects.get(("", "pods"), {}).items())
-            if pns == ns and pname.startswith(f"{name}-")
+            if pns == ns
+            and (
+                any(o["name"] == name for o in p["metadata"].get("ownerReferences", []))
+                or (pname == name and not p["metadata"].get("ownerReferences"))
+            )
         ]
 
     def finish(self, ns: str, name: str, outcome: str = "succeeded", reason: str = "", log: str = "") -> None:
@@ -294,42 +320,90 @@ class FakeApiServer:
                 ]
                 self.logs[(ns, pod["metadata"]["name"])] = log
                 self.put(("", "pods"), pod, "MODIFIED")
-            for res in (("batch", "jobs"), ("batch.volcano.sh", "jobs")):
+            for res, workload in WORKLOADS.items():
                 obj = self.get(res, ns, name)
-                if obj is None:
+                if obj is None or workload.service:
                     continue
                 obj = json.loads(json.dumps(obj))
-                if res[0] == "batch":
-                    cond = {
-                        "type": "Failed" if outcome == "failed" else "Complete",
-                        "status": "True",
-                        "lastTransitionTime": now_iso(),
-                    }
-                    if outcome == "failed":
-                        cond.update(
-                            reason="BackoffLimitExceeded",
-                            message="Job has reached the specified backoff limit",
-                        )
-                    obj["status"] = {"conditions": [cond], "completionTime": now_iso()}
-                else:
-                    obj["status"] = {
-                        "state": {
-                            "phase": "Failed" if outcome == "failed" else "Completed",
-                            "lastTransitionTime": now_iso(),
-                        }
-                    }
+                obj["status"] = _ended_status(workload, outcome == "failed")
                 self.put(res, obj, "MODIFIED")
 
     def finish_all(self) -> None:
-        """Every job still running ends well; Deployments are removed with their pods."""
-        for res in (("batch", "jobs"), ("batch.volcano.sh", "jobs")):
+        """Every job still running ends well (a bare pod too); services are removed with their pods."""
+        for res, workload in WORKLOADS.items():
             for (ns, name), obj in list(self.objects.get(res, {}).items()):
-                if not obj.get("status"):
+                if workload.service:
+                    self.remove(res, ns, name)
+                    for pod in self.pods_of(ns, name):
+                        self.remove(("", "pods"), ns, pod["metadata"]["name"])
+                elif not obj.get("status"):
                     self.finish(ns, name)
-        for (ns, name), _ in list(self.objects.get(("apps", "deployments"), {}).items()):
-            self.remove(("apps", "deployments"), ns, name)
-            for pod in self.pods_of(ns, name):
-                self.remove(("", "pods"), ns, pod["metadata"]["name"])
+        for (ns, name), pod in list(self.objects.get(("", "pods"), {}).items()):
+            if not pod["metadata"].get("ownerReferences") and pod["status"].get("phase") == "Running":
+                self.finish(ns, name)
+
+
+def _containers(slot: Any) -> list[dict]:
+    """A pod's containers from its template (a KServe component's model container named as KServe names
+    it)."""
+    found = containers(slot.template["spec"]) or []
+    return [{"name": "kserve-container", **c} if at in KSERVE_MODEL_KEYS else c for at, c in found]
+
+
+def _patched(obj: dict, template: dict) -> dict:
+    """A TrainJob's trainer pod template with its `runtimePatches` for the runtime's node job applied, as
+    Kubeflow Trainer applies them; any other template as it is."""
+    if obj.get("kind") != "TrainJob":
+        return template
+    out = json.loads(json.dumps(template))
+    for patch in obj["spec"].get("runtimePatches") or []:
+        jobs = (
+            patch.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {}).get("replicatedJobs", [])
+        )
+        for job in jobs:
+            if job.get("name") == TRAINJOB_NODE:
+                pod = job.get("template", {}).get("spec", {}).get("template", {})
+                for key in ("labels", "annotations"):
+                    out.setdefault("metadata", {}).setdefault(key, {}).update(
+                        pod.get("metadata", {}).get(key, {})
+                    )
+                out["spec"].update(pod.get("spec", {}))
+    return out
+
+
+def _invalid(body: dict) -> str:
+    """Why a custom resource's CRD schema refuses `body` ('' when it passes or is no custom resource)."""
+    workload = workload_of(body)
+    if workload is None:
+        return ""
+    problems = schema_problems(body, workload, most=1)
+    return "; ".join(f"{field}: {message}" for field, message in problems)
+
+
+def _ended_status(workload: WorkloadKind, failed: bool) -> dict:
+    """The status a workload's controller writes when its pods have ended, well or not (its kind's own
+    form: what `WorkloadKind.ended` reads)."""
+    now = now_iso()
+    why = {"reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}
+    if workload.group == "batch.volcano.sh":
+        return {"state": {"phase": "Failed" if failed else "Completed", "lastTransitionTime": now}}
+    if workload.kind == "RayJob":
+        return {
+            "jobDeploymentStatus": "Failed" if failed else "Complete",
+            "jobStatus": "FAILED" if failed else "SUCCEEDED",
+            "endTime": now,
+            **({"reason": "AppFailed", "message": "the Ray job's entrypoint failed"} if failed else {}),
+        }
+    if workload.kind == "RayCluster":
+        return {"state": "failed", "reason": "the Ray head failed"} if failed else {}
+    done = {
+        "batch": "Complete",
+        "kubeflow.org": "Succeeded",
+        "trainer.kubeflow.org": "Complete",
+        "jobset.x-k8s.io": "Completed",
+    }[workload.group]
+    cond = {"type": "Failed" if failed else done, "status": "True", "lastTransitionTime": now}
+    return {"conditions": [{**cond, **(why if failed else {})}], "completionTime": now}
 
 
 def _expired(message: str) -> dict:
@@ -508,10 +582,16 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             res, ns, _, _, _ = self._route()
             name = body["metadata"]["name"]
             body["metadata"]["namespace"] = ns
+            invalid = _invalid(body)
+            if invalid:
+                self._status(422, "Invalid", f'{body.get("kind")} "{name}" is invalid: {invalid}')
+                return
             with server.cond:
                 if server.get(res, ns, name) is not None:
                     self._status(409, "AlreadyExists", f'{res[1]} "{name}" already exists')
                     return
+                if res == ("", "pods"):
+                    body = server._started(body)
                 obj = server.put(res, body)
                 if res in WORKLOADS:
                     server._make_pods(res, obj)

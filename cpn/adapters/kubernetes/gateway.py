@@ -8,7 +8,9 @@ annotation as the same job. 429, 5xx and timeouts are retried with backoff; anot
 with the API server's message.
 
 Everything comes by watch, not polling: one watch per collection (nodes and every pod, for the
-inventory; cpn's batch Jobs and Volcano Jobs), resumed from its resourceVersion and relisted on 410 Gone
+inventory; cpn's objects of every workload kind that ends by its status, `WATCHED`: batch and Volcano Jobs,
+Kubeflow jobs, TrainJobs, JobSets, RayJobs and RayClusters; a kind whose CRD the cluster lacks is not
+watched), resumed from its resourceVersion and relisted on 410 Gone
 (cpn.adapters.kubernetes.watch). A submission costs O(1) calls: it is admitted on the watched state of
 the placement's nodes (and the cards claimed by jobs whose pods have not shown yet), and creates the
 job's objects; the cluster is never listed per job. Each object is indexed by its job, so a change
@@ -18,9 +20,13 @@ end the tail of its pod's log is read (the failed pod's, else the first; `log_ta
 and bytes, and a failed end carries it on its event (`JobEvent.log_tail`, kept in the job store with
 the transition); where a `gpu_memory` source is given, the measured peak GPU memory goes on the event.
 
+Every workload kind is created as its own object: built-in kinds through their typed APIs (a bare Pod
+through CoreV1Api), custom resources through CustomObjectsApi in the version their manifest names.
+
 `delete` removes a job's objects through the API (its workload, whose pods go with it, and the Services
 and ConfigMaps submitted with it) and reports its end at once, reason `deleted`: `succeeded` for a
-Deployment (a service runs until deleted), `failed` for a batch or Volcano Job.
+service (a Deployment, LeaderWorkerSet, RayService or InferenceService runs until deleted), `failed` for
+the training kinds.
 
 On start-up (`held_jobs`, the first `submit` or `poll_events`) the gateway lists what the cluster runs for
 cpn (by cpn's labels) and reports every job found afresh; the caller's store skips what it already has,
@@ -49,8 +55,9 @@ from cpn.intake import SUPPORTED_KINDS
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
 from cpn.rules import is_sharing
+from cpn.workloads import WORKLOADS, WorkloadKind, pod_count
 
-from .api import KINDS, VOLCANO, Api, ApiError, RetryPolicy
+from .api import KINDS, LISTED, Api, ApiError, RetryPolicy, collection
 from .binding import BindError, KubernetesBinder
 from .inventory import Claim, LiveInventory
 from .labels import CpnLabels, job_key, object_name
@@ -143,21 +150,23 @@ class KubernetesGateway:
         self._started = False
         self._ended: set[str] = set()
         """Jobs whose end poll_events has handed out, while they have objects here."""
-        group, version, plural = VOLCANO
         cpn = self.labels.selector
         self._watches = [
             CollectionWatch(name, self.api, fn, selector, self._on_list, self._on_event, watch_timeout_s)
             for name, fn, selector in (
                 ("nodes", self.api.core.list_node, None),
                 ("pods", self.api.core.list_pod_for_all_namespaces, None),
-                ("jobs", self.api.batch.list_job_for_all_namespaces, cpn),
-                (
-                    "vcjobs",
-                    _bind_custom(self.api.custom.list_cluster_custom_object, group, version, plural),
-                    cpn,
-                ),
+                *((collection(w), self._lister(w), cpn) for w in WATCHED),
             )
         ]
+
+    def _lister(self, workload: WorkloadKind) -> Callable[..., Any]:
+        """The call listing (and, with watch=True, watching) `workload`'s objects in every namespace."""
+        if (workload.group, workload.kind) == ("batch", "Job"):
+            return self.api.batch.list_job_for_all_namespaces
+        return _bind_custom(
+            self.api.custom.list_cluster_custom_object, workload.group, workload.versions[0], workload.plural
+        )
 
     # -- inventory -------------------------------------------------------------------------------------
 
@@ -233,7 +242,7 @@ class KubernetesGateway:
             raise SubmitRejected(str(exc)) from None
         if claim.share is not None:
             self.binder.annotate_pods(objects[0], {self.labels.card: str(claim.share[0])})
-        pods = _pod_count(objects[0])
+        pods = pod_count(objects[0])
         with self._lock:
             self._claims[job.job_id] = (claim, pods)
         created: list[dict] = []
@@ -313,12 +322,21 @@ class KubernetesGateway:
         (KINDS' order), found by cpn's job label; ApiError when the API server refuses."""
         namespace, _ = object_name(job_id)
         selector = f"{self.labels.job}={job_key(job_id)}"
-        return [
-            (key, obj["metadata"]["name"])
-            for key, kind in KINDS.items()
-            for obj in kind.list(self.api, namespace, selector)()["items"]
-            if _job_id_of(obj, self.labels) == job_id
-        ]
+        found = []
+        for key in LISTED:
+            try:
+                items = KINDS[key].list(self.api, namespace, selector)()["items"]
+            except ApiError as exc:
+                if exc.status != 404:  # 404: the cluster does not serve the kind (no such CRD)
+                    raise
+                continue
+            found += [
+                (key, o["metadata"]["name"])
+                for o in items
+                if _job_id_of(o, self.labels) == job_id
+                and not (key == ("v1", "Pod") and o["metadata"].get("ownerReferences"))  # a workload's pod
+            ]
+        return found
 
     def _workloads_of(self, job_id: str) -> bool:
         """Whether the cluster holds a workload of the job (ApiRefusal when the API server refuses)."""
@@ -475,12 +493,21 @@ class KubernetesGateway:
         keys = self._by_job.get(job_id, {}).get(collection, ())
         return [self._cache[collection][k] for k in sorted(keys)]
 
-    def _workload(self, job_id: str) -> dict | None:
+    def _workload(self, job_id: str) -> tuple[dict | None, WorkloadKind | None]:
+        """The job's workload object in the view and its kind: a watched one (`WATCHED`), else its bare
+        Pod (a pod no controller owns); (None, None) when neither is seen (a service's is not watched)."""
         with self._lock:
-            return next((o for coll in ("jobs", "vcjobs") for o in self._objects(job_id, coll)), None)
+            for w in WATCHED:
+                for obj in self._objects(job_id, collection(w)):
+                    return obj, w
+            for pod in self._objects(job_id, "pods"):
+                if not (pod.get("metadata") or {}).get("ownerReferences"):
+                    return pod, BARE_POD
+        return None, None
 
     def _status(self, job_id: str) -> JobStatus:
-        return job_status(self._workload(job_id), self._objects(job_id, "pods"))
+        workload, kind = self._workload(job_id)
+        return job_status(workload, self._objects(job_id, "pods"), kind)
 
     def _derive(self, job_ids: set[str]) -> None:
         """Re-derive each job's status and report what moved it forward."""
@@ -526,8 +553,8 @@ class KubernetesGateway:
             with self._lock:
                 for pod in pods:  # the inventory sees the cards free as soon as the end is reported
                     self._put("pods", pod)
-            workload = self._workload(job_id)
-            status = job_status(workload, pods) if workload is not None else status
+            workload, kind = self._workload(job_id)
+            status = job_status(workload, pods, kind) if workload is not None else status
         except ApiError as exc:
             log.warning("pods of %s not readable at its end: %s", job_id, exc)
         end = status.end if status.end is not None else now
@@ -560,6 +587,13 @@ class KubernetesGateway:
             )
             self._finishing -= 1
             self._finished.notify_all()
+
+
+WATCHED = tuple(w for w in WORKLOADS if not w.service and w.group)
+"""The workload kinds the gateway watches, one collection each: those that end by their status (a bare Pod
+is seen among the pods; a service's pods say all there is to know of it)."""
+
+BARE_POD = next(w for w in WORKLOADS if (w.group, w.kind) == ("", "Pod"))
 
 
 def tail(text: str, lines: int, max_bytes: int) -> str:
@@ -600,13 +634,6 @@ def _older(new: dict, old: dict) -> bool:
     a = (new.get("metadata") or {}).get("resourceVersion", "")
     b = (old.get("metadata") or {}).get("resourceVersion", "")
     return a.isdigit() and b.isdigit() and int(a) < int(b)
-
-
-def _pod_count(workload: dict) -> int:
-    spec = workload.get("spec") or {}
-    if "tasks" in spec:
-        return sum(int(t.get("replicas", 1)) for t in spec["tasks"])
-    return int(spec.get("parallelism", spec.get("replicas", 1)))
 
 
 def _claim(job: JobSpec, admitted: Admitted, states: Mapping[tuple[str, str], NodeState]) -> Claim:
