@@ -284,7 +284,7 @@ def _quantities_as_strings(value: Any) -> None:
     """Write every resource quantity as a string ("1", not 1), the form the API's typed models take."""
     if isinstance(value, dict):
         for key, item in value.items():
-            if key == "resources" and isinstance(item, dict):
+            if key in ("resources", "resourcesPerNode") and isinstance(item, dict):
                 for part in ("limits", "requests"):
                     if isinstance(item.get(part), dict):
                         item[part] = {k: v if isinstance(v, str) else f"{v:g}" for k, v in item[part].items()}

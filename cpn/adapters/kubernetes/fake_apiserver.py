@@ -268,7 +268,7 @@ class FakeApiServer:
                         "ownerReferences": [owner],
                     },
                     "spec": {
-                        **json.loads(json.dumps(slot.template["spec"])),
+                        **json.loads(json.dumps(template["spec"])),
                         "containers": _containers(slot),
                     },
                 }
