@@ -144,3 +144,12 @@ def test_pod_counts_beyond_the_limit_are_refused_without_being_multiplied_out():
     doc["spec"]["replicatedJobs"][1]["template"]["spec"]["parallelism"] = 1000
     (problem, *_) = problems(yaml.safe_dump(doc))
     assert "1,000,000 pods in all" in problem.reason
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "manifests"
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_example_is_accepted_and_read_back_alike(path):
+    for spec, reading in read_manifests(path.read_text(), path.name):
+        assert spec.num_gpus >= 1 and Reading.of(spec) == reading
