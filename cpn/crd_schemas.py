@@ -35,15 +35,15 @@ def _crd(name: str) -> dict:
 
 
 def served_versions(workload: WorkloadKind) -> tuple[str, ...]:
-    """The versions `workload`'s shipped CRD serves (none for a built-in kind)."""
-    if workload.crd is None:
-        return ()
-    return tuple(v["name"] for v in _crd(workload.crd)["spec"]["versions"] if v.get("served", True))
+    """The versions `workload`'s shipped CRDs serve (none for a built-in kind)."""
+    return tuple(
+        v["name"] for name in workload.crds for v in _crd(name)["spec"]["versions"] if v.get("served", True)
+    )
 
 
 @cache
-def _validator(name: str, version: str) -> jsonschema.protocols.Validator:
-    (served,) = [v for v in _crd(name)["spec"]["versions"] if v["name"] == version]
+def _validator(names: tuple[str, ...], version: str) -> jsonschema.protocols.Validator:
+    (served,) = [v for name in names for v in _crd(name)["spec"]["versions"] if v["name"] == version]
     schema = served["schema"]["openAPIV3Schema"]
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
     return cls(schema)
@@ -52,10 +52,10 @@ def _validator(name: str, version: str) -> jsonschema.protocols.Validator:
 def schema_problems(obj: dict[str, Any], workload: WorkloadKind, most: int = 5) -> list[tuple[str, str]]:
     """(dotted field, message) for each place `obj` breaks its CRD's schema, first by field, at most `most`;
     empty when it passes or `workload` has no CRD. `obj` must be in one of `workload`'s versions."""
-    if workload.crd is None:
+    if not workload.crds:
         return []
     version = str(obj.get("apiVersion", "")).rpartition("/")[2]
-    validator = _validator(workload.crd, version)
+    validator = _validator(workload.crds, version)
     errors = sorted(validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path])
     return [(_dotted(e.absolute_path), _clip(e.message)) for e in errors[:most]]
 

@@ -88,8 +88,10 @@ class WorkloadKind:
     """Who defines it, for messages and docs."""
     slots: Callable[[dict], list[Slot]] = field(compare=False)
     ended: Callable[[Mapping[str, Any]], Ended] = field(compare=False)
-    crd: str | None = None
-    """Its CustomResourceDefinition's file in `data/schemas/` (`cpn.crd_schemas`); None: a built-in kind."""
+    crds: tuple[str, ...] = ()
+    """Its CustomResourceDefinitions' files in `data/schemas/` (`cpn.crd_schemas`; more than one when two
+    projects define it: the Training Operator's MPIJob v1 and the MPI Operator's v2beta1); none: a built-in
+    kind."""
     runtime_image: bool = False
     """Its containers may leave out `image` (a runtime the cluster holds supplies it)."""
 
@@ -436,7 +438,7 @@ WORKLOADS: tuple[WorkloadKind, ...] = (
         "Volcano",
         _volcano,
         _volcano_ended,
-        "volcano-batch.volcano.sh_jobs.yaml",
+        ("volcano-batch.volcano.sh_jobs.yaml",),
     ),
     WorkloadKind(
         "apps", "Deployment", ("v1",), "inference", "deployments", "Kubernetes", _single("replicas"), _never
@@ -451,7 +453,7 @@ WORKLOADS: tuple[WorkloadKind, ...] = (
         "Kubeflow Training Operator",
         _replica_specs("pytorchReplicaSpecs"),
         _KUBEFLOW_ENDS,
-        "kubeflow.org_pytorchjobs.json.gz",
+        ("kubeflow.org_pytorchjobs.json.gz",),
     ),
     WorkloadKind(
         "kubeflow.org",
@@ -462,18 +464,18 @@ WORKLOADS: tuple[WorkloadKind, ...] = (
         "Kubeflow Training Operator",
         _replica_specs("tfReplicaSpecs"),
         _KUBEFLOW_ENDS,
-        "kubeflow.org_tfjobs.json.gz",
+        ("kubeflow.org_tfjobs.json.gz",),
     ),
     WorkloadKind(
         "kubeflow.org",
         "MPIJob",
-        ("v1",),
+        ("v1", "v2beta1"),
         "training",
         "mpijobs",
-        "Kubeflow Training Operator",
+        "Kubeflow Training Operator or MPI Operator",
         _replica_specs("mpiReplicaSpecs"),
         _KUBEFLOW_ENDS,
-        "kubeflow.org_mpijobs.json.gz",
+        ("kubeflow.org_mpijobs.json.gz", "kubeflow.org_mpijobs.v2beta1.json.gz"),
     ),
     WorkloadKind(
         "trainer.kubeflow.org",
@@ -484,7 +486,7 @@ WORKLOADS: tuple[WorkloadKind, ...] = (
         "Kubeflow Trainer",
         _trainjob,
         _conditions({"Complete": "succeeded", "Failed": "failed"}),
-        "trainer.kubeflow.org_trainjobs.json.gz",
+        ("trainer.kubeflow.org_trainjobs.json.gz",),
         runtime_image=True,
     ),
     WorkloadKind(
@@ -496,7 +498,7 @@ WORKLOADS: tuple[WorkloadKind, ...] = (
         "JobSet",
         _jobset,
         _conditions({"Completed": "succeeded", "Failed": "failed"}),
-        "jobset.x-k8s.io_jobsets.json.gz",
+        ("jobset.x-k8s.io_jobsets.json.gz",),
     ),
     WorkloadKind(
         "leaderworkerset.x-k8s.io",
@@ -507,7 +509,7 @@ WORKLOADS: tuple[WorkloadKind, ...] = (
         "LeaderWorkerSet",
         _lws,
         _never,
-        "leaderworkerset.x-k8s.io_leaderworkersets.json.gz",
+        ("leaderworkerset.x-k8s.io_leaderworkersets.json.gz",),
     ),
     WorkloadKind(
         "ray.io",
@@ -518,7 +520,7 @@ WORKLOADS: tuple[WorkloadKind, ...] = (
         "KubeRay",
         _ray("rayClusterSpec"),
         _rayjob_ended,
-        "ray.io_rayjobs.json.gz",
+        ("ray.io_rayjobs.json.gz",),
     ),
     WorkloadKind(
         "ray.io",
@@ -529,7 +531,7 @@ WORKLOADS: tuple[WorkloadKind, ...] = (
         "KubeRay",
         _ray(None),
         _raycluster_ended,
-        "ray.io_rayclusters.json.gz",
+        ("ray.io_rayclusters.json.gz",),
     ),
     WorkloadKind(
         "ray.io",
@@ -540,7 +542,7 @@ WORKLOADS: tuple[WorkloadKind, ...] = (
         "KubeRay",
         _ray("rayClusterConfig"),
         _never,
-        "ray.io_rayservices.json.gz",
+        ("ray.io_rayservices.json.gz",),
     ),
     WorkloadKind(
         "serving.kserve.io",
@@ -551,7 +553,7 @@ WORKLOADS: tuple[WorkloadKind, ...] = (
         "KServe",
         _isvc,
         _never,
-        "serving.kserve.io_inferenceservices.json.gz",
+        ("serving.kserve.io_inferenceservices.json.gz",),
         runtime_image=True,
     ),
 )

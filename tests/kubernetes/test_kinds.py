@@ -125,3 +125,20 @@ def test_a_cluster_without_the_crd_refuses_the_kind_at_submission(server):
     with pytest.raises(SubmitRejected, match="HTTP 404"):
         gw.submit(spec, Placement(spec.job_id, "east", "n-0", 2))
     assert gw.poll_events() == [] and gw.held_jobs() == frozenset()
+
+
+def test_a_cluster_serving_mpijob_only_as_v2beta1_is_watched_and_cleaned_in_that_version(server):
+    server.add_node("n-0", gpu_labels("training", V100, 4, 16384), 4)
+    server.fail("GET", "/apis/kubeflow.org/v1/", 404, times=1000)  # no Training Operator: the MPI Operator
+    gw = make_gateway(server)
+    spec = kind_spec("mpijob-v2beta1")
+    gw.submit(spec, Placement(spec.job_id, "east", "n-0", 2))
+    server.finish("default", created(server, spec)["metadata"]["name"])
+    gw.sync()
+    ends = wait_for(lambda: [e for e in gw.poll_events() if e.kind != "running"])
+    assert [(e.job_id, e.kind) for e in ends] == [(spec.job_id, "succeeded")]
+    gw.delete(spec.job_id)
+    assert (
+        not server.objects.get(("kubeflow.org", "mpijobs"))
+        and server.pods_of("default", "tensorflow-benchmarks") == []
+    )

@@ -32,6 +32,7 @@ def problems(text: str) -> list:
         ("pytorchjob", "training", 2, (1, 1), 0),  # Master 1 + Worker 1, one GPU each
         ("tfjob", "training", 2, (1, 1), 5),  # 2 workers of one GPU; chief and ps hold none
         ("mpijob", "training", 2, (1, 1), 0),  # the launcher holds none
+        ("mpijob-v2beta1", "training", 2, (1, 1), 0),  # the MPI Operator's version
         ("trainjob", "training", 6, (2, 2, 2), 0),  # numNodes 3 x resourcesPerNode 2
         ("jobset", "training", 4, (1, 1, 1, 1), 0),  # workers: replicas 2 x parallelism 2
         ("lws", "inference", 32, (8, 8, 8, 8), 0),  # 2 groups x (leader + 1 worker) x 8
@@ -76,7 +77,7 @@ def test_inference_service_scaled_to_zero_still_needs_one_pod():
 
 def test_every_served_version_of_a_crd_is_accepted_and_listed():
     for workload in WORKLOADS:
-        if workload.crd is not None:
+        if workload.crds:
             assert set(workload.versions) == set(served_versions(workload)), workload.kind
 
 

@@ -200,12 +200,6 @@ KINDS: dict[tuple[str, str], Kind] = {
 """(apiVersion, kind) of every object cpn submits: the workloads intake accepts (`cpn.workloads`), in every
 version, and what comes with them."""
 
-LISTED: tuple[tuple[str, str], ...] = tuple(
-    key for key in KINDS if key[0] in {w.api_versions[0] for w in WORKLOADS} or key[0] == "v1"
-)
-"""The keys of KINDS to list a job's objects by: one version of each workload kind (the API server serves
-an object in all of its versions) and the companions."""
-
 
 def collection(workload: WorkloadKind) -> str:
     """The name of a workload kind's collection in a gateway's view: its plural, qualified by its group."""

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from config.settings import Cluster
 from cpn.adapters.gateway import DELETED_REASON, JobEvent, NoLog, SubmitRejected
@@ -57,7 +58,7 @@ from cpn.jobs import JobSpec
 from cpn.rules import is_sharing
 from cpn.workloads import WORKLOADS, WorkloadKind, pod_count
 
-from .api import KINDS, LISTED, Api, ApiError, RetryPolicy, collection
+from .api import KINDS, Api, ApiError, RetryPolicy, collection
 from .binding import BindError, KubernetesBinder
 from .inventory import Claim, LiveInventory
 from .labels import CpnLabels, job_key, object_name
@@ -161,12 +162,24 @@ class KubernetesGateway:
         ]
 
     def _lister(self, workload: WorkloadKind) -> Callable[..., Any]:
-        """The call listing (and, with watch=True, watching) `workload`'s objects in every namespace."""
+        """The call listing (and, with watch=True, watching) `workload`'s objects in every namespace: in the
+        first of its versions the cluster serves (a 404 tries the next, and the one found is kept)."""
         if (workload.group, workload.kind) == ("batch", "Job"):
             return self.api.batch.list_job_for_all_namespaces
-        return _bind_custom(
-            self.api.custom.list_cluster_custom_object, workload.group, workload.versions[0], workload.plural
-        )
+        versions = list(workload.versions)
+
+        def call(**kwargs: Any) -> Any:
+            while True:
+                try:
+                    return self.api.custom.list_cluster_custom_object(
+                        workload.group, versions[0], workload.plural, **kwargs
+                    )
+                except ApiException as exc:
+                    if exc.status != 404 or len(versions) == 1:
+                        raise
+                    versions.pop(0)
+
+        return call
 
     # -- inventory -------------------------------------------------------------------------------------
 
@@ -322,21 +335,22 @@ class KubernetesGateway:
         (KINDS' order), found by cpn's job label; ApiError when the API server refuses."""
         namespace, _ = object_name(job_id)
         selector = f"{self.labels.job}={job_key(job_id)}"
-        found = []
-        for key in LISTED:
+        found: dict[tuple[str, str, str], tuple[tuple[str, str], str]] = {}
+        for key in KINDS:  # every version: a cluster serves a kind in some of them (MPIJob v1 or v2beta1)
             try:
                 items = KINDS[key].list(self.api, namespace, selector)()["items"]
             except ApiError as exc:
-                if exc.status != 404:  # 404: the cluster does not serve the kind (no such CRD)
+                if exc.status != 404:  # 404: the cluster does not serve the kind in that version
                     raise
                 continue
-            found += [
-                (key, o["metadata"]["name"])
-                for o in items
-                if _job_id_of(o, self.labels) == job_id
-                and not (key == ("v1", "Pod") and o["metadata"].get("ownerReferences"))  # a workload's pod
-            ]
-        return found
+            for o in items:
+                if _job_id_of(o, self.labels) != job_id:
+                    continue
+                if key == ("v1", "Pod") and o["metadata"].get("ownerReferences"):
+                    continue  # a workload's pod, which goes with it
+                group = key[0].rpartition("/")[0]
+                found.setdefault((group, key[1], o["metadata"]["name"]), (key, o["metadata"]["name"]))
+        return list(found.values())
 
     def _workloads_of(self, job_id: str) -> bool:
         """Whether the cluster holds a workload of the job (ApiRefusal when the API server refuses)."""
@@ -611,13 +625,6 @@ def tail(text: str, lines: int, max_bytes: int) -> str:
             break
         kept.append(line)
     return "\n".join(reversed(kept))
-
-
-def _bind_custom(fn: Callable[..., Any], *args: Any) -> Callable[..., Any]:
-    def call(**kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-    return call
 
 
 def _key(obj: dict) -> tuple[str, str]:

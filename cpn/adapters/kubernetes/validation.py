@@ -32,7 +32,7 @@ def validate_object(obj: dict[str, Any], kubernetes_version: str) -> None:
     that Kubernetes version.
     """
     workload = workload_of(obj)
-    if workload is not None and workload.crd is not None:
+    if workload is not None and workload.crds:
         problems = schema_problems(obj, workload, most=1)
         if problems:
             ((field, message),) = problems
