@@ -301,7 +301,8 @@ class FakeApiServer:
         ]
 
     def finish(self, ns: str, name: str, outcome: str = "succeeded", reason: str = "", log: str = "") -> None:
-        """End a batch or Volcano Job: its pods end, then its status says so (reason OOMKilled, Evicted)."""
+        """End a workload (or a bare pod): its pods end, then its status says so as its kind's controller
+        writes it (`_ended_status`; a pod's reason OOMKilled, Evicted). A service's status is left alone."""
         with self.cond:
             for pod in self.pods_of(ns, name):
                 pod = json.loads(json.dumps(pod))
@@ -395,7 +396,8 @@ def _ended_status(workload: WorkloadKind, failed: bool) -> dict:
             **({"reason": "AppFailed", "message": "the Ray job's entrypoint failed"} if failed else {}),
         }
     if workload.kind == "RayCluster":
-        return {"state": "failed", "reason": "the Ray head failed"} if failed else {}
+        # A RayCluster has no end of its own: its pods ending well leave it "ready" (until deleted).
+        return {"state": "failed", "reason": "the Ray head failed"} if failed else {"state": "ready"}
     done = {
         "batch": "Complete",
         "kubeflow.org": "Succeeded",
