@@ -51,13 +51,44 @@ def _validator(names: tuple[str, ...], version: str) -> jsonschema.protocols.Val
 
 def schema_problems(obj: dict[str, Any], workload: WorkloadKind, most: int = 5) -> list[tuple[str, str]]:
     """(dotted field, message) for each place `obj` breaks its CRD's schema, first by field, at most `most`;
-    empty when it passes or `workload` has no CRD. `obj` must be in one of `workload`'s versions."""
+    empty when it passes or `workload` has no CRD. `obj` must be in one of `workload`'s versions.
+
+    Checked as the API server checks it: after its project's admission webhook has filled in what it
+    defaults (`WorkloadKind.admission_defaults`), the schema's own `default`s are applied and nulls of
+    fields that are not nullable dropped (`_defaulted`); `obj` itself is left as it is."""
     if not workload.crds:
         return []
     version = str(obj.get("apiVersion", "")).rpartition("/")[2]
     validator = _validator(workload.crds, version)
-    errors = sorted(validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path])
+    seen = json.loads(json.dumps(obj, default=str))
+    if workload.admission_defaults is not None:
+        workload.admission_defaults(seen)
+    seen = _defaulted(seen, validator.schema)
+    errors = sorted(validator.iter_errors(seen), key=lambda e: [str(p) for p in e.absolute_path])
     return [(_dotted(e.absolute_path), _clip(e.message)) for e in errors[:most]]
+
+
+def _defaulted(value: Any, schema: Any) -> Any:
+    """`value` as a structural schema's API server sees it: nulls of fields that are not `nullable` dropped,
+    missing fields that have a `default` given it (in objects that are present), recursively."""
+    if not isinstance(schema, dict):
+        return value
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        out = {}
+        for key, item in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else {})
+            if item is None and not sub.get("nullable"):
+                continue
+            out[key] = _defaulted(item, sub)
+        for key, sub in props.items():
+            if key not in out and isinstance(sub, dict) and "default" in sub:
+                out[key] = _defaulted(json.loads(json.dumps(sub["default"])), sub)
+        return out
+    if isinstance(value, list):
+        return [_defaulted(item, schema.get("items")) for item in value]
+    return value
 
 
 def _dotted(path: Any) -> str:

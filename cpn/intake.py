@@ -876,23 +876,37 @@ def _pod_templates(doc: dict, workload: workloads.WorkloadKind, col: _Collector)
         found = workloads.containers(pod_spec)
         sfield = slot.pod_spec_field
         if not found:
-            col.add(f"{sfield}.containers", "a pod needs a non-empty list of containers")
+            col.add(f"{sfield}.containers", _no_containers(workload))
             continue
         checked = [(f"{sfield}.{at}", _mapping(c, f"{sfield}.{at}", col, required=True)) for at, c in found]
         pods.append(_Pod(field, replicas, pod_spec, [(f, c) for f, c in checked if c is not None]))
     return pods
 
 
+def _no_containers(workload: workloads.WorkloadKind) -> str:
+    if workload.group == "serving.kserve.io":
+        return (
+            "a KServe component needs containers, or one of "
+            f"{', '.join(workloads.KSERVE_MODEL_KEYS)} (v1alpha2's custom and alibi are not in v1beta1)"
+        )
+    return "a pod needs a non-empty list of containers"
+
+
 def _no_templates(workload: workloads.WorkloadKind) -> tuple[str, str]:
     """(field, reason) for a manifest of `workload`'s kind whose pod templates are missing or not a list."""
+    if workload.group == "batch.volcano.sh":
+        return "spec.tasks", "a Volcano job needs a non-empty list of tasks"
+    if workload.kind == "RayJob":
+        return "spec.rayClusterSpec", (
+            "missing; a RayJob holds cards through the cluster it creates. One that runs on an existing "
+            "RayCluster (spec.clusterSelector) holds none of its own: submit that RayCluster to cpn instead"
+        )
     where = {
-        "batch.volcano.sh": "spec.tasks",
         "kubeflow.org": f"spec.{workload.kind[:-3].lower()}ReplicaSpecs",
         "trainer.kubeflow.org": "spec.trainer",
         "jobset.x-k8s.io": "spec.replicatedJobs",
+        "ray.io": "spec.rayClusterConfig" if workload.kind == "RayService" else "spec",
     }.get(workload.group, "spec")
-    if workload.group == "batch.volcano.sh":
-        return where, "a Volcano job needs a non-empty list of tasks"
     return where, f"a {workload.kind} needs its pod templates here ({workload.project}'s documentation)"
 
 

@@ -94,6 +94,9 @@ class WorkloadKind:
     kind."""
     runtime_image: bool = False
     """Its containers may leave out `image` (a runtime the cluster holds supplies it)."""
+    admission_defaults: Callable[[dict], None] | None = field(default=None, compare=False)
+    """What its project's admission webhook fills in before the API server checks the schema, done to a
+    copy of the object before cpn checks it (`cpn.crd_schemas.schema_problems`)."""
 
     def api_version(self, version: str) -> str:
         return f"{self.group}/{version}" if self.group else version
@@ -259,7 +262,9 @@ def _ray(key: str | None) -> Callable[[dict], list[Slot]]:
     def slots(doc: dict) -> list[Slot]:
         spec = _get(doc, "spec", {})
         where = "spec" if key is None else f"spec.{key}"
-        cluster = spec if key is None else _get(spec, key, {})
+        cluster = spec if key is None else _get(spec, key)
+        if not isinstance(cluster, dict):
+            return []
         head = _get(cluster, "headGroupSpec", {})
         out = [Slot(f"{where}.headGroupSpec.template", _get(head, "template"))]
         groups = _get(cluster, "workerGroupSpecs", [])
@@ -281,6 +286,7 @@ def _ray(key: str | None) -> Callable[[dict], list[Slot]]:
 KSERVE_COMPONENTS = ("predictor", "transformer", "explainer")
 KSERVE_MODEL_KEYS = (
     "model",
+    "art",
     "pytorch",
     "tensorflow",
     "triton",
@@ -292,7 +298,9 @@ KSERVE_MODEL_KEYS = (
     "paddle",
     "pmml",
 )
-"""Keys of a KServe predictor that hold its one model container (the runtime supplies its image)."""
+"""Keys of a KServe component (v1beta1) that hold its one container, whose image a serving runtime may
+supply: a predictor's model or framework, an explainer's `art`. (v1alpha2's `custom` and `alibi` are not
+in v1beta1's schema: the API server drops them.)"""
 
 
 def _isvc(doc: dict) -> list[Slot]:
@@ -329,6 +337,14 @@ def containers(pod_spec: Any) -> list[tuple[str, Any]] | None:
         return [(f"containers[{i}]", c) for i, c in enumerate(found)] if isinstance(found, list) else None
     key = next((k for k in KSERVE_MODEL_KEYS if k in pod_spec), None)
     return None if key is None else [(key, pod_spec[key])]
+
+
+def _jobset_defaults(doc: dict) -> None:
+    """JobSet's webhook names unnamed failure-policy rules `failurePolicyRule<i>` (the CRD needs a name)."""
+    rules = _get(_get(_get(doc, "spec", {}), "failurePolicy", {}), "rules")
+    for i, rule in enumerate(rules if isinstance(rules, list) else []):
+        if isinstance(rule, dict) and not rule.get("name"):
+            rule["name"] = f"failurePolicyRule{i}"
 
 
 # -- how it ends ---------------------------------------------------------------------------------------
@@ -499,6 +515,7 @@ WORKLOADS: tuple[WorkloadKind, ...] = (
         _jobset,
         _conditions({"Completed": "succeeded", "Failed": "failed"}),
         ("jobset.x-k8s.io_jobsets.json.gz",),
+        admission_defaults=_jobset_defaults,
     ),
     WorkloadKind(
         "leaderworkerset.x-k8s.io",

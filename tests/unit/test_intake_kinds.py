@@ -154,3 +154,31 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "manifests"
 def test_every_shipped_example_is_accepted_and_read_back_alike(path):
     for spec, reading in read_manifests(path.read_text(), path.name):
         assert spec.num_gpus >= 1 and Reading.of(spec) == reading
+
+
+def test_the_schema_is_checked_after_the_api_servers_and_webhooks_defaults():
+    ray = yaml.safe_load(manifest("raycluster"))
+    del ray["spec"]["workerGroupSpecs"][0]["maxReplicas"]  # required, but defaulted by the CRD
+    ray["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["command"] = None  # dropped
+    jobset = yaml.safe_load(manifest("jobset"))
+    jobset["spec"]["failurePolicy"] = {
+        "maxRestarts": 1,
+        "rules": [{"action": "FailJobSet"}],
+    }  # named by JobSet
+    (a,) = parse_manifests(yaml.safe_dump(ray))
+    (b,) = parse_manifests(yaml.safe_dump(jobset))
+    assert "maxReplicas" not in yaml.safe_load(a.manifest)["spec"]["workerGroupSpecs"][0]  # stored as written
+    assert "name" not in yaml.safe_load(b.manifest)["spec"]["failurePolicy"]["rules"][0]
+    jobset["spec"]["failurePolicy"]["rules"][0]["action"] = "Explode"
+    (problem,) = problems(yaml.safe_dump(jobset))
+    assert (
+        problem.field == "spec.failurePolicy.rules[0].action" and "'Explode' is not one of" in problem.reason
+    )
+
+
+def test_a_rayjob_on_an_existing_cluster_is_refused_naming_the_cluster_to_submit_instead():
+    doc = yaml.safe_load(manifest("rayjob"))
+    del doc["spec"]["rayClusterSpec"]
+    doc["spec"]["clusterSelector"] = {"ray.io/cluster": "raycluster-kuberay"}
+    (problem,) = problems(yaml.safe_dump(doc))
+    assert problem.field == "spec.rayClusterSpec" and "submit that RayCluster to cpn" in problem.reason
