@@ -60,10 +60,11 @@ def schema_problems(obj: dict[str, Any], workload: WorkloadKind, most: int = 5) 
         return []
     version = str(obj.get("apiVersion", "")).rpartition("/")[2]
     validator = _validator(workload.crds, version)
-    seen = json.loads(json.dumps(obj, default=str))
-    if workload.admission_defaults is not None:
+    seen = obj
+    if workload.admission_defaults is not None:  # it writes: into a copy
+        seen = json.loads(json.dumps(obj, default=str))
         workload.admission_defaults(seen)
-    seen = _defaulted(seen, validator.schema)
+    seen = _defaulted(seen, validator.schema)  # new mappings and lists, `obj` untouched
     errors = sorted(validator.iter_errors(seen), key=lambda e: [str(p) for p in e.absolute_path])
     return [(_dotted(e.absolute_path), _clip(e.message)) for e in errors[:most]]
 
