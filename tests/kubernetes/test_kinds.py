@@ -117,7 +117,20 @@ def test_an_object_its_crd_refuses_is_not_sent_and_the_fake_refuses_it_too(serve
     assert info.value.status == 422 and "backoffLimit" in info.value.body
 
 
-def test_a_cluster_without_the_crd_refuses_the_kind_at_submission(server):
+def test_a_cluster_without_the_crd_refuses_the_kind_at_submission_saying_so(server):
+    server.add_node("n-0", gpu_labels("training", V100, 4, 16384), 4)
+    server.fail("GET", "/apis/kubeflow.org/", 404, times=1000)  # no Kubeflow CRD: lists answer 404
+    gw = make_gateway(server)
+    spec = kind_spec("pytorchjob")
+    with pytest.raises(
+        SubmitRejected, match="does not serve PyTorchJob .kubeflow.org/v1.: its CRD is not installed"
+    ):
+        gw.submit(spec, Placement(spec.job_id, "east", "n-0", 2))
+    assert not any(method == "POST" for method, _ in server.requests)
+    assert gw.poll_events() == [] and gw.held_jobs() == frozenset()
+
+
+def test_a_create_the_cluster_refuses_is_refused_with_its_message(server):
     server.add_node("n-0", gpu_labels("training", V100, 4, 16384), 4)
     server.fail("POST", "/pytorchjobs", 404, times=1)
     gw = make_gateway(server)

@@ -56,7 +56,7 @@ from cpn.intake import SUPPORTED_KINDS
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
 from cpn.rules import is_sharing
-from cpn.workloads import WORKLOADS, WorkloadKind, pod_count
+from cpn.workloads import WORKLOADS, WorkloadKind, pod_count, workload_of
 
 from .api import KINDS, Api, ApiError, RetryPolicy, collection
 from .binding import BindError, KubernetesBinder
@@ -253,6 +253,9 @@ class KubernetesGateway:
                 validate_object(obj, self.kubernetes_version)
         except (BindError, InvalidManifest) as exc:
             raise SubmitRejected(str(exc)) from None
+        unserved = self._unserved(objects[0])
+        if unserved:
+            raise SubmitRejected(unserved)
         if claim.share is not None:
             self.binder.annotate_pods(objects[0], {self.labels.card: str(claim.share[0])})
         pods = pod_count(objects[0])
@@ -271,6 +274,18 @@ class KubernetesGateway:
             if isinstance(exc, ApiError):
                 raise ApiRefusal(self.cluster, exc) from None
             raise SubmitRejected(f"cluster {self.cluster}: {exc}") from None
+
+    def _unserved(self, obj: dict) -> str:
+        """Why the cluster cannot take `obj`'s kind ('' when it may): its watch found the kind not served
+        (the API server answered 404 to its list: the CRD is not installed)."""
+        workload = workload_of(obj)
+        name = collection(workload) if workload is not None else None
+        if not any(w.name == name and w.missing for w in self._watches):
+            return ""
+        return (
+            f"cluster {self.cluster} does not serve {obj['kind']} ({obj['apiVersion']}): its CRD is not "
+            f"installed there; install {workload.project}'s CRD, or the job runs on a cluster that has it"
+        )
 
     def _create(self, obj: dict, job_id: str) -> None:
         kind = KINDS.get((obj["apiVersion"], obj["kind"]))
