@@ -28,8 +28,9 @@ what the API server would refuse is refused here.
 
 Jobs are counted whole. A pod's GPUs are the sum of `resources.limits["nvidia.com/gpu"]`
 over its containers, its CPU the sum of their `requests.cpu` (else `limits.cpu`); every
-GPU-holding pod counts, replicas multiplied out (a Volcano task's `replicas`, a Job's
-`parallelism`, a Deployment's `replicas`), and together they form one gang (`JobSpec.pod_gpus`):
+GPU-holding pod counts, replicas multiplied out (each kind's counts, `cpn.workloads`: a Volcano
+task's `replicas`, a Job's `parallelism`, a JobSet's `replicas` x `parallelism`, ...), and
+together they form one gang (`JobSpec.pod_gpus`):
 Volcano's TensorFlow example, a ps task and 3 one-GPU workers, needs 3 GPUs. Pods without
 GPUs (the ps task) are not placed by cpn. A `gpu_count` annotation may stand in for the GPU
 limit of each pod (production pods often leave the limit out); when both are given they must
