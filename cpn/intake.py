@@ -270,7 +270,8 @@ MAX_PROBLEMS = 20
 class Reading:
     """What intake understood of one accepted job, said back to whoever submitted it (the answer of
     `POST /jobs`, `cpn submit`) and shown by `cpn job` and `GET /jobs/{id}`, so that nothing it assumed
-    goes unseen. Everything but `gpus_from` is the JobSpec's own, in the submitter's terms."""
+    goes unseen. Everything but `gpus_from`, `workload` and `name_from` is the JobSpec's own, in the
+    submitter's terms."""
 
     kind: JobKind
     """training or inference: what its workload kind is (`cpn.workloads`; `workload` below names it)."""
@@ -550,7 +551,13 @@ def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, _Said] | None:
         return None
     workload = workloads.workload_kind(api, kind)
     if workload is None:
-        if kind not in SKIPPED_KINDS:
+        same = [v for w in workloads.WORKLOADS if w.kind == kind for v in w.api_versions]
+        if same:  # a kind cpn knows, in another API group
+            col.add(
+                "apiVersion",
+                f"{_quote(api)} is not an apiVersion of {kind} cpn accepts; use {' or '.join(same)}",
+            )
+        elif kind not in SKIPPED_KINDS:
             col.add("kind", _unknown_kind(kind))
         return None
     if api not in workload.api_versions:

@@ -90,6 +90,16 @@ def test_ray_v1alpha1_is_accepted_and_an_unknown_version_names_the_supported_one
     assert "'ray.io/v2'" in problem.reason and problem.reason.endswith("use ray.io/v1 or ray.io/v1alpha1")
 
 
+def test_a_known_kind_in_another_group_names_the_api_versions_it_has():
+    doc = yaml.safe_load(manifest("pod"))
+    doc["apiVersion"] = "apps/v1"
+    doc["kind"] = "Job"
+    (problem,) = problems(yaml.safe_dump(doc))
+    assert problem.field == "apiVersion" and problem.reason.endswith(
+        "use batch/v1 or batch.volcano.sh/v1alpha1"
+    )
+
+
 def test_kind_error_lists_the_supported_kinds_and_hints_only_a_close_match():
     doc = yaml.safe_load(manifest("pytorchjob"))
     doc["kind"] = "PytorchJob"
