@@ -11,7 +11,7 @@ import yaml
 
 from cpn.crd_schemas import served_versions
 from cpn.intake import IntakeError, Reading, parse_manifests, read_manifests
-from cpn.workloads import WORKLOADS
+from cpn.workloads import WORKLOADS, workload_of
 
 KINDS = Path(__file__).parent.parent / "data" / "kinds"
 
@@ -192,3 +192,16 @@ def test_a_rayjob_on_an_existing_cluster_is_refused_naming_the_cluster_to_submit
     doc["spec"]["clusterSelector"] = {"ray.io/cluster": "raycluster-kuberay"}
     (problem,) = problems(yaml.safe_dump(doc))
     assert problem.field == "spec.rayClusterSpec" and "submit that RayCluster to cpn" in problem.reason
+
+
+PINNABLE = sorted(p.stem for p in KINDS.glob("*.yaml") if p.stem != "trainjob")  # a TrainJob has no pod spec
+
+
+@pytest.mark.parametrize("name", PINNABLE)
+def test_a_product_pin_and_a_priority_are_read_from_every_kind(name):
+    doc = yaml.safe_load(manifest(name))
+    for slot in workload_of(doc).slots(doc):  # every pod spec of the kind, as written in the manifest
+        slot.template["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "Tesla-V100-SXM2-16GB"}
+    doc["metadata"]["annotations"]["priority"] = "7"
+    (spec,) = parse_manifests(yaml.safe_dump(doc))
+    assert (spec.gpu_products, spec.priority) == (("Tesla-V100-SXM2-16GB",), 7)
