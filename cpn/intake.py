@@ -1381,7 +1381,7 @@ def _gang(
 
     The GPU-holding templates are those with a GPU limit (`per_pod`, the `gpu_count` annotation, must
     then agree with the largest); when none has one, the pods of the first template that pins a GPU
-    (`_pins_a_gpu`), else of the first, hold `per_pod` cards or one; a job with no limit, no `per_pod` and
+    (`pins_a_gpu`), else of the first, hold `per_pod` cards or one; a job with no limit, no `per_pod` and
     no pin is refused (CPU_ONLY_REASON). Pods without cards (a Volcano `ps` task) are
     not placed by cpn and do not count. The CPU is the holding pods' sum; the constraints are those all
     holding templates agree on (`_constraints`).
@@ -1395,7 +1395,7 @@ def _gang(
             f'says {per_pod} GPUs but the pod\'s resources.limits["{GPU_RESOURCE}"] add up to {limit}; '
             "make them agree or drop the annotation",
         )
-    pinned = [] if holding else [p for p in pods if _pins_a_gpu(p)]
+    pinned = [] if holding else [p for p in pods if pins_a_gpu(p.spec)]
     if not holding and pods and (per_pod or pinned):
         first = (pinned or pods)[0]
         holding = [(first, per_pod or 1, cpus[pods.index(first)])]
@@ -1444,10 +1444,12 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 """The node label a pod spread over nodes names as its topology key."""
 
 
-def _pins_a_gpu(pod: _Pod) -> bool:
-    """Whether a pod requires GPU nodes by a label or toleration (`_constraints`): the seed's examples name
-    their card so (a `nvidia.com/gpu.product` toleration) and leave the GPU limit out."""
-    products, _, memory = _constraints(pod.spec, _Collector(0, None), pod.field)
+def pins_a_gpu(pod_spec: dict) -> bool:
+    """Whether a pod spec requires GPU nodes by a label or toleration (`_constraints`): the seed's examples
+    name their card so (a `nvidia.com/gpu.product` toleration) and leave the GPU limit out. Of a job none of
+    whose pods has a GPU limit, the first pod template that pins one holds its cards (`_gang`), and the
+    binder gives them to that template (cpn.adapters.kubernetes.binding)."""
+    products, _, memory = _constraints(pod_spec, _Collector(0, None), "spec")
     return products is not None or memory is not None
 
 

@@ -46,6 +46,7 @@ import yaml
 from cpn.decisions import Placement
 from cpn.devices import is_pin_label
 from cpn.formats.manifests import to_manifest
+from cpn.intake import pins_a_gpu
 from cpn.inventory import GPU_PRODUCT_LABEL, Node
 from cpn.jobs import JobSpec
 from cpn.rules import POOLS_FOR_KIND, is_sharing
@@ -160,7 +161,13 @@ class KubernetesBinder:
         and whether a one-pod job was spread into several pods."""
         if job.device_classes:  # DRA: the claims hold the devices; no nvidia.com/gpu is added beside them
             return [t for t in templates if t.gpus() > 0 or t.pod_spec.get("resourceClaims")], False
-        holding = [t for t in templates if t.gpus() > 0] or templates[:1]
+        # As intake counted them: the templates with a GPU limit; else the first that pins a GPU (a RayJob's
+        # CPU head before its pinned workers), else the first.
+        holding = (
+            [t for t in templates if t.gpus() > 0]
+            or [t for t in templates if pins_a_gpu(t.pod_spec)][:1]
+            or templates[:1]
+        )
         reshaped = False
         if len(holding) == 1 and holding[0].replicas == 1 and len(placement.nodes) > 1:
             if holding[0].set_replicas is None:
