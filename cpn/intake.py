@@ -1,9 +1,10 @@
 """Job intake: Kubernetes manifests carrying cpn's annotations, parsed into JobSpecs.
 
-Accepted documents:
-
-- `batch/v1` `Job` and `batch.volcano.sh/v1alpha1` `Job`: training jobs;
-- `apps/v1` `Deployment`: an inference service.
+Accepted documents: the workload kinds of `cpn.workloads` (batch and Volcano Jobs, Kubeflow's PyTorchJob,
+TFJob, MPIJob and TrainJob, JobSet, KubeRay's RayJob and RayCluster, a bare Pod: training; Deployments,
+LeaderWorkerSets, RayServices and KServe InferenceServices: inference services), in any version their
+project serves. A custom resource is checked against its CRD's schema (`cpn.crd_schemas`), as the API
+server would. An object with `metadata.generateName` and no name is named at intake (`_generated_name`).
 
 Objects that commonly travel beside a job (`SKIPPED_KINDS`: a Service, a ConfigMap, ...)
 are skipped; any other kind is an error, so that a typo (`kind: job`) is not silently dropped.
@@ -27,8 +28,9 @@ what the API server would refuse is refused here.
 
 Jobs are counted whole. A pod's GPUs are the sum of `resources.limits["nvidia.com/gpu"]`
 over its containers, its CPU the sum of their `requests.cpu` (else `limits.cpu`); every
-GPU-holding pod counts, replicas multiplied out (a Volcano task's `replicas`, a Job's
-`parallelism`, a Deployment's `replicas`), and together they form one gang (`JobSpec.pod_gpus`):
+GPU-holding pod counts, replicas multiplied out (each kind's counts, `cpn.workloads`: a Volcano
+task's `replicas`, a Job's `parallelism`, a JobSet's `replicas` x `parallelism`, ...), and
+together they form one gang (`JobSpec.pod_gpus`):
 Volcano's TensorFlow example, a ps task and 3 one-GPU workers, needs 3 GPUs. Pods without
 GPUs (the ps task) are not placed by cpn. A `gpu_count` annotation may stand in for the GPU
 limit of each pod (production pods often leave the limit out); when both are given they must
@@ -56,16 +58,20 @@ are not numbers, and every message quotes at most a few hundred characters of in
 
 from __future__ import annotations
 
+import base64
 import difflib
+import hashlib
+import json
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from cpn import devices
+from cpn import devices, workloads
+from cpn.crd_schemas import schema_problems
 from cpn.inventory import GPU_PRODUCT_LABEL
 from cpn.jobs import JobKind, JobSpec, normalise_precision
 from cpn.model_names import model_key
@@ -74,11 +80,9 @@ from cpn.rules import POOLS_FOR_KIND, USAGE_TAINT_SUFFIX
 from cpn.safe_yaml import DEFAULT_LIMITS, Budget, LimitExceeded, Limits, clip, dump, load_one
 
 SUPPORTED_KINDS: dict[tuple[str, str], JobKind] = {
-    ("batch/v1", "Job"): "training",
-    ("batch.volcano.sh/v1alpha1", "Job"): "training",
-    ("apps/v1", "Deployment"): "inference",
+    (api, w.kind): w.job_kind for w in workloads.WORKLOADS for api in w.api_versions
 }
-"""(apiVersion, kind) of the objects cpn accepts, and the kind of job each one is."""
+"""(apiVersion, kind) of the objects cpn accepts, and the kind of job each one is (`cpn.workloads`)."""
 
 SKIPPED_KINDS = frozenset(
     {
@@ -122,7 +126,7 @@ MAX_CPU = 100_000
 """Most CPU cores one pod may ask for."""
 
 
-_SUPPORTED_TEXT = ", ".join(f"{api} {kind}" for api, kind in SUPPORTED_KINDS)
+_SUPPORTED_TEXT = workloads.SUPPORTED_TEXT
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
 _DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL)
@@ -288,10 +292,11 @@ MAX_PROBLEMS = 20
 class Reading:
     """What intake understood of one accepted job, said back to whoever submitted it (the answer of
     `POST /jobs`, `cpn submit`) and shown by `cpn job` and `GET /jobs/{id}`, so that nothing it assumed
-    goes unseen. Everything but `gpus_from` is the JobSpec's own, in the submitter's terms."""
+    goes unseen. Everything but `gpus_from`, `workload` and `name_from` is the JobSpec's own, in the
+    submitter's terms."""
 
     kind: JobKind
-    """training (a Job or Volcano Job) or inference (a Deployment)."""
+    """training or inference: what its workload kind is (`cpn.workloads`; `workload` below names it)."""
     pods: int
     """GPU-holding pods, started together as one gang."""
     gpus_per_pod: tuple[int, ...]
@@ -319,18 +324,25 @@ class Reading:
     """What intake did to the job or assumed of its clusters, told when it is accepted: the objects of the
     file carried with it, the ones its clusters must already hold, where its priority came from, other
     schedulers' queue labels removed (`_with_companions`). Not kept: a job shown later has none."""
+    workload: str = ""
+    """The object that runs it, `<apiVersion> <kind>` (`kubeflow.org/v1 PyTorchJob`); empty: a trace row."""
+    name_from: str = ""
+    """How its name came: empty when the manifest gives `metadata.name`, else the `generateName` prefix
+    and the digest intake completed it with."""
 
     @classmethod
-    def of(cls, spec: JobSpec, gpus_from: str | None = None, notes: tuple[str, ...] = ()) -> Reading:
-        """The reading of accepted `spec`; without `gpus_from`, that is read again from its stored manifest
-        by the rules that counted it (a job shown after it was accepted)."""
+    def of(cls, spec: JobSpec, said: _Said | None = None) -> Reading:
+        """The reading of accepted `spec`; without what intake `said` of it, that is read again from its
+        stored manifest by the rules that found it (a job shown after it was accepted)."""
         sizes = spec.pod_gpus or (spec.num_gpus,)
+        if said is None:
+            said = _stored_said(spec)
         return cls(
             kind=spec.kind,
             pods=len(sizes),
             gpus_per_pod=sizes,
             gpus=spec.num_gpus,
-            gpus_from=_stored_gpus_from(spec) if gpus_from is None else gpus_from,
+            gpus_from=said.gpus_from,
             gpu_products=spec.gpu_products,
             node_pools=spec.node_pools or tuple(sorted(POOLS_FOR_KIND[spec.kind])),
             priority=spec.priority,
@@ -338,7 +350,9 @@ class Reading:
             gpu_mem_gb=spec.gpu_mem_gb,
             gpu_memory_min_gb=spec.gpu_memory_min_gb,
             cpu=spec.cpu,
-            notes=notes,
+            notes=said.notes,
+            workload=said.workload,
+            name_from=said.name_from,
         )
 
     def summary(self) -> str:
@@ -357,6 +371,8 @@ class Reading:
         ]
         if self.gpu_memory_min_gb is not None:
             parts.append(f"cards of at least {self.gpu_memory_min_gb:g} GB")
+        if self.name_from:
+            parts.append(f"named by {self.name_from}")
         return "; ".join([*parts, _count(self.cpu, "CPU"), *self.notes])
 
 
@@ -391,11 +407,10 @@ def read_manifests(
         raise IntakeError(source, [Problem(0, None, "", reason)])
     budget = Budget(limits)
     problems: list[Problem] = []
-    read: list[tuple[JobSpec, str]] = []
+    read: list[_Parsed] = []
     first_doc_of: dict[str, int] = {}
     skipped: list[str] = []
     beside: list[dict] = []
-    docs: dict[str, dict] = {}
     for number, (first_line, chunk) in enumerate(pieces, start=1):
         if len(problems) >= MAX_PROBLEMS:
             break
@@ -410,10 +425,10 @@ def read_manifests(
             continue
         collector = _Collector(number, doc)
         parsed = _parse_object(doc, collector)
-        if parsed is not None and parsed[0].job_id in first_doc_of:
+        if parsed is not None and (job_id := parsed.spec.job_id) in first_doc_of:
             collector.add(
                 "metadata.name",
-                f"job {parsed[0].job_id} is already defined by document {first_doc_of[parsed[0].job_id]}; "
+                f"job {job_id} is already defined by document {first_doc_of[job_id]}; "
                 "give each job its own name",
             )
             parsed = None
@@ -423,8 +438,7 @@ def read_manifests(
                 skipped.append(str(doc.get("kind")))
                 beside.append(doc)
             continue
-        first_doc_of[parsed[0].job_id] = number
-        docs[parsed[0].job_id] = doc
+        first_doc_of[parsed.spec.job_id] = number
         read.append(parsed)
     if not read and not problems:
         found = f"found only {', '.join(skipped)}" if skipped else "the file is empty"
@@ -434,28 +448,59 @@ def read_manifests(
         problems = problems[:MAX_PROBLEMS] + [Problem(0, None, "", f"{more} more problem(s) not listed")]
     if problems:
         raise IntakeError(source, problems)
-    done = [_with_companions(spec, docs[spec.job_id], beside, first_doc_of[spec.job_id]) for spec, _ in read]
+    done = [_with_companions(p, beside, first_doc_of[p.spec.job_id]) for p in read]
     late = [p for d in done for p in d.problems]
     if late:
         raise IntakeError(source, late[:MAX_PROBLEMS])
-    return [
-        (d.spec, Reading.of(d.spec, d.gpus_from or gpus_from, d.notes))
-        for d, (_, gpus_from) in zip(done, read, strict=True)
-    ]
+    return [(d.spec, Reading.of(d.spec, d.said)) for d in done]
 
 
-def _stored_gpus_from(spec: JobSpec) -> str:
-    """`Reading.gpus_from` of an accepted job, read again from its stored manifest (its first document)."""
+class _Said(NamedTuple):
+    """What intake tells of how it read a job, beside the JobSpec (`Reading`'s fields of the same names)."""
+
+    gpus_from: str
+    name_from: str = ""
+    workload: str = ""
+    notes: tuple[str, ...] = ()
+
+
+class _Parsed(NamedTuple):
+    """One job read from its document (`_parse_object`), before the rest of its file is looked at."""
+
+    spec: JobSpec
+    said: _Said
+    doc: dict
+    """Its object as accepted (a `generateName` completed to its name)."""
+
+
+def _stored_said(spec: JobSpec) -> _Said:
+    """`_Said` of an accepted job, read again from its stored manifest (its first document)."""
     if not spec.manifest:
-        return "num_gpus of the job's trace row (it came without a manifest)"
-    if spec.device_classes:
-        return DRA_GPUS_FROM
+        return _Said("num_gpus of the job's trace row (it came without a manifest)")
     (_, first), *_ = _split_documents(spec.manifest)
     doc = load_one(first, Budget(DEFAULT_LIMITS))
+    said = _Said("", _name_from(doc), f"{doc['apiVersion']} {doc['kind']}")
+    if spec.device_classes:
+        return said._replace(gpus_from=DRA_GPUS_FROM)
     col = _Collector(1, doc)  # not reported: the manifest passed intake when it was accepted
     annotations = _annotations(doc["metadata"], col)
-    _, gang = _job_gang(doc, doc["apiVersion"], annotations.gpu_count if annotations else None, col)
-    return gang.gpus_from
+    workload = workloads.workload_of(doc)
+    assert workload is not None  # it passed intake
+    _, gang = _job_gang(doc, workload, annotations.gpu_count if annotations else None, col)
+    return said._replace(gpus_from=gang.gpus_from)
+
+
+def _name_from(doc: dict) -> str:
+    """`Reading.name_from` of a workload object as accepted (its name completed, its generateName kept)."""
+    meta = doc.get("metadata") or {}
+    prefix = meta.get("generateName")
+    if (
+        not isinstance(prefix, str)
+        or not prefix
+        or not str(meta.get("name", "")).startswith(prefix[: 63 - GENERATED_SUFFIX])
+    ):
+        return ""
+    return f"generateName {prefix!r} + a digest of the document (the same document gets the same name)"
 
 
 QUEUE_LABELS = (
@@ -481,21 +526,18 @@ COMPANION_KINDS = (
 """Kinds of the objects a job's pods reference that travel with it (`_with_companions`)."""
 
 
-@dataclass(frozen=True)
-class _Finished:
+class _Finished(NamedTuple):
     """A job finished with the rest of its file (`_with_companions`)."""
 
     spec: JobSpec
-    notes: tuple[str, ...]
+    said: _Said
     problems: list[Problem]
-    gpus_from: str | None
-    """Where its GPU count came from when its DRA claims gave it; None: as read before."""
 
 
-def _with_companions(spec: JobSpec, doc: dict, beside: list[dict], number: int) -> _Finished:
-    """`spec`, read from `doc` (document `number`, which this changes), finished with what the other
-    documents of its file say, and notes of what intake did; problems when its DRA claims cannot be
-    counted (`_dra`).
+def _with_companions(parsed: _Parsed, beside: list[dict], number: int) -> _Finished:
+    """The job `parsed` from document `number` (whose object this changes) finished with what the other
+    documents of its file say, and what intake says of it with notes of what it did; problems when its DRA
+    claims cannot be counted (`_dra`). Every pod template of its kind counts (`cpn.workloads`).
 
     - Its manifest is followed by the objects of the file its pods need, so that they are submitted with
       it to whichever cluster it is placed on: the ConfigMaps, Secrets and PersistentVolumeClaims its
@@ -510,12 +552,15 @@ def _with_companions(spec: JobSpec, doc: dict, beside: list[dict], number: int) 
     - Its pods' DRA claims are counted from the ResourceClaimTemplates and ResourceClaims of the file,
       which travel with it (`_dra`).
     """
+    spec, said, doc = parsed
     doc = _text_annotations(doc)  # as its manifest holds it
     col = _Collector(number, doc)
     notes: list[str] = []
     namespace = spec.job_id.split("/")[0]
-    pod_specs, pod_labels = _pod_parts(doc)
-    changed = _drop_queue_labels(doc, notes)
+    pods = _accepted_pods(doc)
+    pod_specs = [p.spec for p in pods]
+    pod_labels = [_labels(p.meta) for p in pods]
+    changed = _drop_queue_labels(doc, pods, notes)
     priority = _class_priority(doc, pod_specs, beside, notes)
     wanted = {(kind, name): optional for pod in pod_specs for kind, name, optional in _references(pod)}
     mine: list[dict] = []
@@ -544,15 +589,14 @@ def _with_companions(spec: JobSpec, doc: dict, beside: list[dict], number: int) 
     manifest = dump(doc) if changed else spec.manifest
     manifest += "".join("---\n" + dump(obj) for obj in mine)
     spec = replace(spec, manifest=manifest, priority=priority)
-    gpus_from = None
-    counted = _dra(doc, mine, col, notes)
+    counted = _dra(pods, mine, col, notes)
     if counted is not None:
         sizes, classes = counted
         spec = replace(
             spec, num_gpus=sum(sizes), pod_gpus=sizes if len(sizes) > 1 else (), device_classes=classes
         )
-        gpus_from = DRA_GPUS_FROM
-    return _Finished(spec, tuple(notes), col.problems, gpus_from)
+        said = said._replace(gpus_from=DRA_GPUS_FROM)
+    return _Finished(spec, said._replace(notes=tuple(notes)), col.problems)
 
 
 DRA_GPUS_FROM = (
@@ -582,15 +626,14 @@ class _Devices:
 
 
 def _dra(
-    doc: dict, carried: list[dict], col: _Collector, notes: list[str]
+    pods: list[_Pod], carried: list[dict], col: _Collector, notes: list[str]
 ) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
-    """(cards of each GPU-holding pod, DRA device classes) when the job's pods claim devices by DRA, from the
+    """(cards of each GPU-holding pod, DRA device classes) when the `pods` claim devices by DRA, from the
     claim objects `carried` with it; None when none does. A pod's cards are its GPU limits plus, per claim,
     the devices its requests count (`exactly.count`, `count`; 1 by default); MIG devices (a `mig.` class or
     a `profile` selector) are slices of one card, which cpn holds whole: one card per pod. A claim whose
     object is not in the file, a request with `allocationMode: All` (every matching device of a node: no
     count) and one without a device class are problems."""
-    pods = _pod_templates(doc, doc["apiVersion"], _Collector(0, None))
     if not any(_claim_refs(p.spec) for p in pods):
         return None
     objects = {(o.get("kind"), (o.get("metadata") or {}).get("name")): o for o in carried}
@@ -666,29 +709,19 @@ def _devices(request: dict) -> _Devices | str:
     return _Devices(device_class, count, profiles)
 
 
-def _pod_parts(doc: dict) -> tuple[list[dict], list[dict]]:
-    """The pod specs and pod labels of every pod template of an accepted workload."""
-    col = _Collector(1, doc)  # not reported: the workload passed intake
-    pods = _pod_templates(doc, doc["apiVersion"], col)
-    specs = [p.spec for p in pods]
-    labels = []
-    for pod in pods:
-        template = _at(doc, pod.field)
-        meta = template.get("metadata") if isinstance(template, dict) else None
-        found = meta.get("labels") if isinstance(meta, dict) else None
-        labels.append(found if isinstance(found, dict) else {})
-    return specs, labels
+def _accepted_pods(doc: dict) -> list[_Pod]:
+    """Every pod template of an accepted workload, where its kind keeps them (`cpn.workloads`: a Kubeflow
+    job's replica specs, a JobSet's replicated jobs, a Ray cluster's head and worker groups, ...); what
+    is changed in them lands in `doc`."""
+    workload = workloads.workload_of(doc)
+    assert workload is not None  # it passed intake
+    return _pod_templates(doc, workload, _Collector(1, doc))  # not reported: the workload passed intake
 
 
-def _at(doc: dict, field: str) -> Any:
-    """The value at a dotted field path with list indexes (`spec.tasks[0].template`)."""
-    value: Any = doc
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", field):
-        if part.startswith("["):
-            value = value[int(part[1:-1])] if isinstance(value, list) else None
-        else:
-            value = value.get(part) if isinstance(value, dict) else None
-    return value
+def _labels(meta: dict | None) -> dict:
+    """The labels of a pod template's metadata; none when it has no mapping of them."""
+    found = meta.get("labels") if isinstance(meta, dict) else None
+    return found if isinstance(found, dict) else {}
 
 
 def _references(pod: dict) -> Iterable[tuple[str, str, bool]]:
@@ -735,15 +768,12 @@ def _items(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def _drop_queue_labels(doc: dict, notes: list[str]) -> bool:
+def _drop_queue_labels(doc: dict, pods: list[_Pod], notes: list[str]) -> bool:
     """Remove other schedulers' queue labels and annotations (QUEUE_LABELS) from the workload and its pod
-    templates, and a Volcano Job's `spec.queue`; note each; whether anything was removed."""
+    templates (`pods`, of `doc`), and a Volcano Job's `spec.queue`; note each; whether anything was
+    removed."""
     removed: list[str] = []
-    metas = [doc.get("metadata")]
-    for pod in _pod_templates(doc, doc["apiVersion"], _Collector(1, doc)):
-        template = _at(doc, pod.field)
-        metas.append(template.get("metadata") if isinstance(template, dict) else None)
-    for meta in metas:
+    for meta in [doc.get("metadata"), *(p.meta for p in pods)]:
         for part in ("labels", "annotations"):
             entries = meta.get(part) if isinstance(meta, dict) else None
             for key in QUEUE_LABELS:
@@ -842,9 +872,9 @@ class _Collector:
             self.problems.append(problem)
 
 
-def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
-    """The JobSpec of one document and where its GPU count came from (`Reading.gpus_from`); None when it
-    is not a job (skipped) or has problems (recorded)."""
+def _parse_object(doc: Any, col: _Collector) -> _Parsed | None:
+    """The JobSpec of one document, what intake says of how it read it (`_Said`) and the object as
+    accepted; None when it is not a job (skipped) or has problems (recorded)."""
     if not isinstance(doc, dict):
         col.add("", f"not a Kubernetes object: expected a mapping with apiVersion and kind, got {_type(doc)}")
         return None
@@ -852,32 +882,46 @@ def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
     if not isinstance(api, str) or not isinstance(kind, str):
         col.add("", "not a Kubernetes object: apiVersion and kind must both be set")
         return None
-    job_kind = SUPPORTED_KINDS.get((api, kind))
-    if job_kind is None:
-        if kind in {k for _, k in SUPPORTED_KINDS}:
-            col.add("apiVersion", f"{kind} {_quote(api)} is not supported; cpn accepts {_SUPPORTED_TEXT}")
-        elif kind not in SKIPPED_KINDS:
+    workload = workloads.workload_kind(api, kind)
+    if workload is None:
+        same = [v for w in workloads.WORKLOADS if w.kind == kind for v in w.api_versions]
+        if same:  # a kind cpn knows, in another API group
             col.add(
-                "kind",
-                f"{_quote(kind)} is not a kind cpn accepts ({_SUPPORTED_TEXT}) or skips "
-                f"({', '.join(sorted(SKIPPED_KINDS))}); kinds are case-sensitive",
+                "apiVersion",
+                f"{_quote(api)} is not an apiVersion of {kind} cpn accepts; use {' or '.join(same)}",
             )
+        elif kind not in SKIPPED_KINDS:
+            col.add("kind", _unknown_kind(kind))
+        return None
+    if api not in workload.api_versions:
+        col.add(
+            "apiVersion",
+            f"{_quote(api)} is not a version of {kind} cpn accepts; use {' or '.join(workload.api_versions)}",
+        )
         return None
 
     meta = _mapping(doc.get("metadata"), "metadata", col, required=True)
+    if meta is not None and meta.get("name") is None and meta.get("generateName") is not None:
+        name = _generated_name(doc, meta["generateName"], col)
+        if name is not None:
+            doc = {**doc, "metadata": {**meta, "name": name}}
+            meta = doc["metadata"]
     job_id = _job_id(meta, col) if meta is not None else None
     annotations = _annotations(meta, col, job_kind) if meta is not None else None
     if meta is not None:
         _kubernetes_metadata(meta, "metadata", col, own=CPN_ANNOTATIONS)
-    pods, gang = _job_gang(doc, api, annotations.gpu_count if annotations else None, col)
-    image = _image(pods[0].containers, col) if pods else None
+    pods, gang = _job_gang(doc, workload, annotations.gpu_count if annotations else None, col)
+    image = _image(pods[0].containers, col, workload.runtime_image) if pods else None
+    if not col.problems:
+        for field, message in schema_problems(_text_annotations(doc), workload):
+            col.add(field, f"{message} ({workload.project} {kind} CRD schema)")
     if col.problems or job_id is None or annotations is None or image is None:
         return None
     a = annotations
     spec = JobSpec(
         job_id=job_id,
         model=a.model_name,
-        kind=job_kind,
+        kind=workload.job_kind,
         batch_size=a.batch_size,
         num_gpus=gang.num_gpus,
         epochs=a.epoch or 1,
@@ -901,7 +945,44 @@ def _parse_object(doc: Any, col: _Collector) -> tuple[JobSpec, str] | None:
         spread=gang.spread,
         manifest=dump(_text_annotations(doc)),
     )
-    return spec, gang.gpus_from
+    return _Parsed(spec, _Said(gang.gpus_from, _name_from(doc), f"{api} {kind}"), doc)
+
+
+KIND_TYPO_SIMILARITY = 0.8
+"""How alike (difflib's ratio, case ignored) an unknown kind must be to a known one to be named as what was
+probably meant: `job`/`Job` and `Pytorchjob`/`PyTorchJob` are 1.0, `Deploy`/`Deployment` 0.75 is not."""
+
+
+def _unknown_kind(kind: str) -> str:
+    """The refusal of a kind cpn neither accepts nor skips: the kinds it accepts, and the one probably meant
+    when one is that close."""
+    known = [w.kind for w in workloads.WORKLOADS] + sorted(SKIPPED_KINDS)
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(kind.lower(), by_lower, n=1, cutoff=KIND_TYPO_SIMILARITY)
+    hint = f"did you mean {by_lower[close[0]]!r}? " if close and len(kind) <= 64 else ""
+    return (
+        f"{_quote(kind)} is not a kind cpn accepts; {hint}cpn accepts {_SUPPORTED_TEXT}, and skips "
+        f"{', '.join(sorted(SKIPPED_KINDS))} beside them"
+    )
+
+
+GENERATED_SUFFIX = 10
+"""Characters of the content digest a `generateName` is completed with."""
+
+
+def _generated_name(doc: dict, prefix: Any, col: _Collector) -> str | None:
+    """The name of an object that gives only `metadata.generateName`: the prefix (cut to leave room, as the
+    API server cuts it) and a digest of the whole document. Deterministic, so a retried submission of the
+    same document is the same job (the store answers it already exists), and collision-safe: documents
+    that differ in anything get different names. Two runs of one manifest need a change in it."""
+    if not isinstance(prefix, str) or not prefix:
+        col.add(
+            "metadata.generateName", f"{_quote(prefix)} is not a name prefix; give a text such as 'train-'"
+        )
+        return None
+    canonical = json.dumps(doc, sort_keys=True, default=str).encode()
+    digest = base64.b32encode(hashlib.sha256(canonical).digest()).decode().lower()
+    return prefix[: 63 - GENERATED_SUFFIX] + digest[:GENERATED_SUFFIX]
 
 
 def _text_annotations(doc: dict) -> dict:
@@ -960,7 +1041,7 @@ def _job_id(meta: dict, col: _Collector) -> str | None:
     if name is None:
         col.add(
             "metadata.name",
-            "missing; cpn needs a fixed name to make the job id (generateName is not supported)",
+            "missing; give the job a name (or a metadata.generateName prefix cpn completes)",
         )
         ok = False
     elif not isinstance(name, str) or len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
@@ -1120,57 +1201,78 @@ class _Pod:
     replicas: int
     spec: dict
     containers: list[tuple[str, dict]]
+    meta: dict | None = None
+    """The template's metadata (labels, annotations); None when it has none."""
 
 
-def _pod_templates(doc: dict, api: str, col: _Collector) -> list[_Pod]:
-    """Each pod template of the job with its pod count (Volcano task `replicas`, Job `parallelism`,
-    Deployment `replicas`; 1 when unset) and its containers as (field path, container)."""
+def _pod_templates(doc: dict, workload: workloads.WorkloadKind, col: _Collector) -> list[_Pod]:
+    """Each pod template of the job (where `cpn.workloads` says its kind keeps them) with its pod count and
+    its containers as (field path, container)."""
     spec = _mapping(doc.get("spec"), "spec", col, required=True)
     if spec is None:
         return []
-    if api.startswith("batch.volcano.sh/"):
-        tasks = spec.get("tasks")
-        if not isinstance(tasks, list) or not tasks:
-            col.add("spec.tasks", "a Volcano job needs a non-empty list of tasks")
-            return []
-        templates = [
-            (
-                f"spec.tasks[{i}].template",
-                task.get("template") if isinstance(task, dict) else task,
-                _replicas(task, "replicas", f"spec.tasks[{i}].replicas", col)
-                if isinstance(task, dict)
-                else 1,
-            )
-            for i, task in enumerate(tasks)
-        ]
-    else:
-        key = "parallelism" if doc.get("kind") == "Job" else "replicas"
-        templates = [("spec.template", spec.get("template"), _replicas(spec, key, f"spec.{key}", col))]
+    slots = workload.slots(doc)
+    if not slots:
+        col.add(*_no_templates(workload))
+        return []
     pods = []
-    for field, template, replicas in templates:
-        template = _mapping(template, field, col, required=True)
+    for slot in slots:
+        field = slot.field
+        template = _mapping(slot.template, field, col, required=True)
         pod_meta = _mapping(template.get("metadata"), f"{field}.metadata", col) if template else None
-        if pod_meta is not None:
+        if pod_meta is not None and pod_meta is not doc.get("metadata"):
             _kubernetes_metadata(pod_meta, f"{field}.metadata", col)
-        pod_spec = _mapping(template.get("spec"), f"{field}.spec", col, required=True) if template else None
+        pod_spec = (
+            _mapping(template.get("spec"), slot.pod_spec_field, col, required=True) if template else None
+        )
         if pod_spec is None:
             continue
-        containers = pod_spec.get("containers")
-        cfield = f"{field}.spec.containers"
-        if not isinstance(containers, list) or not containers:
-            col.add(cfield, "a pod needs a non-empty list of containers")
+        replicas = 1
+        for count in slot.counts:
+            replicas *= max(_replicas(count.value, count.field, col) - count.less, count.least)
+        if replicas > MAX_GPUS:
+            col.add(field, f"{replicas:,} pods in all; at most {MAX_GPUS} per job")
+            replicas = 1
+        found = workloads.containers(pod_spec)
+        sfield = slot.pod_spec_field
+        if not found:
+            col.add(f"{sfield}.containers", _no_containers(workload))
             continue
-        checked = [
-            (f"{cfield}[{i}]", _mapping(c, f"{cfield}[{i}]", col, required=True))
-            for i, c in enumerate(containers)
-        ]
-        pods.append(_Pod(field, replicas, pod_spec, [(f, c) for f, c in checked if c is not None]))
+        checked = [(f"{sfield}.{at}", _mapping(c, f"{sfield}.{at}", col, required=True)) for at, c in found]
+        kept = [(f, c) for f, c in checked if c is not None]
+        pods.append(_Pod(field, replicas, pod_spec, kept, pod_meta))
     return pods
 
 
-def _replicas(spec: dict, key: str, field: str, col: _Collector) -> int:
-    """A pod count (`replicas`, `parallelism`): a whole number from 0 to MAX_GPUS, 1 when unset."""
-    value = spec.get(key, 1)
+def _no_containers(workload: workloads.WorkloadKind) -> str:
+    if workload.group == "serving.kserve.io":
+        return (
+            "a KServe component needs containers, or one of "
+            f"{', '.join(workloads.KSERVE_MODEL_KEYS)} (v1alpha2's custom and alibi are not in v1beta1)"
+        )
+    return "a pod needs a non-empty list of containers"
+
+
+def _no_templates(workload: workloads.WorkloadKind) -> tuple[str, str]:
+    """(field, reason) for a manifest of `workload`'s kind whose pod templates are missing or not a list."""
+    if workload.group == "batch.volcano.sh":
+        return "spec.tasks", "a Volcano job needs a non-empty list of tasks"
+    if workload.kind == "RayJob":
+        return "spec.rayClusterSpec", (
+            "missing; a RayJob holds cards through the cluster it creates. One that runs on an existing "
+            "RayCluster (spec.clusterSelector) holds none of its own: submit that RayCluster to cpn instead"
+        )
+    where = {
+        "kubeflow.org": f"spec.{workload.kind[:-3].lower()}ReplicaSpecs",
+        "trainer.kubeflow.org": "spec.trainer",
+        "jobset.x-k8s.io": "spec.replicatedJobs",
+        "ray.io": "spec.rayClusterConfig" if workload.kind == "RayService" else "spec",
+    }.get(workload.group, "spec")
+    return where, f"a {workload.kind} needs its pod templates here ({workload.project}'s documentation)"
+
+
+def _replicas(value: Any, field: str, col: _Collector) -> int:
+    """A pod count (`replicas`, `parallelism`) as written: a whole number from 0 to MAX_GPUS."""
     if type(value) is not int or not 0 <= value <= MAX_GPUS:
         col.add(field, f"{_quote(value)} is not a whole number of pods from 0 to {MAX_GPUS}")
         return 1
@@ -1199,9 +1301,11 @@ class _Gang:
     """Card memory its HAMi slices ask (`nvidia.com/gpumem`), GB."""
 
 
-def _job_gang(doc: dict, api: str, per_pod: int | None, col: _Collector) -> tuple[list[_Pod], _Gang]:
+def _job_gang(
+    doc: dict, workload: workloads.WorkloadKind, per_pod: int | None, col: _Collector
+) -> tuple[list[_Pod], _Gang]:
     """The job's pod templates and what they hold in all (`_gang`); `per_pod` is its `gpu_count`."""
-    pods = _pod_templates(doc, api, col)
+    pods = _pod_templates(doc, workload, col)
     slices = [_pod_slice(p.containers, col) for p in pods]
     claimed = [bool(_claim_refs(p.spec)) for p in pods]
     # A pod of HAMi slices without a GPU limit holds one card (HAMi's default-gpu-num); a pod of DRA claims
@@ -1299,7 +1403,7 @@ def _gang(
 
     The GPU-holding templates are those with a GPU limit (`per_pod`, the `gpu_count` annotation, must
     then agree with the largest); when none has one, the pods of the first template that pins a GPU
-    (`_pins_a_gpu`), else of the first, hold `per_pod` cards or one; a job with no limit, no `per_pod` and
+    (`pins_a_gpu`), else of the first, hold `per_pod` cards or one; a job with no limit, no `per_pod` and
     no pin is refused (CPU_ONLY_REASON). Pods without cards (a Volcano `ps` task) are
     not placed by cpn and do not count. The CPU is the holding pods' sum; the constraints are those all
     holding templates agree on (`_constraints`).
@@ -1313,7 +1417,7 @@ def _gang(
             f'says {per_pod} GPUs but the pod\'s resources.limits["{GPU_RESOURCE}"] add up to {limit}; '
             "make them agree or drop the annotation",
         )
-    pinned = [] if holding else [p for p in pods if _pins_a_gpu(p)]
+    pinned = [] if holding else [p for p in pods if pins_a_gpu(p.spec)]
     if not holding and pods and (per_pod or pinned):
         first = (pinned or pods)[0]
         holding = [(first, per_pod or 1, cpus[pods.index(first)])]
@@ -1362,10 +1466,12 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 """The node label a pod spread over nodes names as its topology key."""
 
 
-def _pins_a_gpu(pod: _Pod) -> bool:
-    """Whether a pod requires GPU nodes by a label or toleration (`_constraints`): the seed's examples name
-    their card so (a `nvidia.com/gpu.product` toleration) and leave the GPU limit out."""
-    products, _, memory = _constraints(pod.spec, _Collector(0, None), pod.field)
+def pins_a_gpu(pod_spec: dict) -> bool:
+    """Whether a pod spec requires GPU nodes by a label or toleration (`_constraints`): the seed's examples
+    name their card so (a `nvidia.com/gpu.product` toleration) and leave the GPU limit out. Of a job none of
+    whose pods has a GPU limit, the first pod template that pins one holds its cards (`_gang`), and the
+    binder gives them to that template (cpn.adapters.kubernetes.binding)."""
+    products, _, memory = _constraints(pod_spec, _Collector(0, None), "spec")
     return products is not None or memory is not None
 
 
@@ -1572,12 +1678,15 @@ def _cpu_cores(value: Any) -> float | None:
     return cores if cores <= MAX_CPU else None
 
 
-def _image(containers: list[tuple[str, dict]], col: _Collector) -> str | None:
-    """Image of the first container of a pod template."""
+def _image(containers: list[tuple[str, dict]], col: _Collector, runtime_image: bool = False) -> str | None:
+    """Image of the first container of a pod template; "" for a kind whose runtime supplies it when the
+    container names none (`WorkloadKind.runtime_image`: nothing to copy with the job)."""
     if not containers:
         return None
     field, container = containers[0]
     image = container.get("image")
+    if image is None and runtime_image:
+        return ""
     if not isinstance(image, str) or not image.strip():
         col.add(f"{field}.image", "missing; every container needs an image")
         return None

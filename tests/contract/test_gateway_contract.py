@@ -8,16 +8,19 @@ real `kubernetes` client against one fake API server per cluster (cpn/adapters/k
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import yaml
 
 from cpn.adapters.clusters import ClusterSet
 from cpn.adapters.gateway import DELETED_REASON, ClusterGateway, SubmitRejected
 from cpn.clock import SimClock
 from cpn.decisions import Placement
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
+from cpn.intake import parse_manifests
 from cpn.inventory import Node
 from cpn.jobs import JobSpec
 from cpn.sim.gateway import SimulatedGateway
@@ -283,3 +286,57 @@ def test_deleting_a_job_frees_its_cards_at_once_and_reports_its_end(harness, spe
     gw.delete("never-submitted")
     harness.settle()
     assert gw.poll_events() == [] and free_gpus(gw) == ALL_FREE
+
+
+KIND_MANIFESTS = Path(__file__).parent.parent / "data" / "kinds"
+"""Manifests of every workload kind, from each project's own examples (tests/unit/test_intake_kinds.py)."""
+
+SMALLER = {
+    "lws": lambda d: (
+        d["spec"].update(replicas=1)
+        or [
+            t["spec"]["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": "1"})
+            for t in (
+                d["spec"]["leaderWorkerTemplate"]["leaderTemplate"],
+                d["spec"]["leaderWorkerTemplate"]["workerTemplate"],
+            )
+        ]
+    ),
+    "trainjob": lambda d: d["spec"]["trainer"].update(numNodes=2),
+}
+"""Shrinks that fit a kind's example on NODES (LeaderWorkerSet: one group of two one-GPU pods; TrainJob: two
+nodes' pods of 2 GPUs)."""
+
+
+def kind_job(name: str) -> JobSpec:
+    """The example of one kind, read by intake, as a job every implementation can run."""
+    doc = yaml.safe_load((KIND_MANIFESTS / f"{name}.yaml").read_text())
+    SMALLER.get(name, lambda d: None)(doc)
+    (spec,) = parse_manifests(yaml.safe_dump(doc))
+    return replace(spec, model="ResNet-18", batch_size=32, total_steps=600, cpu=2, node_pools=())
+
+
+KIND_NAMES = sorted(p.stem for p in KIND_MANIFESTS.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", KIND_NAMES)
+def test_a_job_of_every_kind_runs_as_placed_ends_and_is_deleted_by_its_kind(harness, name):
+    spec = kind_job(name)
+    cluster = "west" if spec.kind == "inference" else "east"
+    gw = harness.gateway
+    gw.submit(spec, Placement(spec.job_id, cluster, "gpu-0", spec.num_gpus))
+    assert [(e.job_id, e.kind) for e in gw.poll_events()] == [(spec.job_id, "running")]
+    assert free_gpus(gw)[f"{cluster}/gpu-0"] == ALL_FREE[f"{cluster}/gpu-0"] - spec.num_gpus
+    if spec.kind == "training" and name != "raycluster":  # a RayCluster has no end of its own
+        harness.settle()
+        (end,) = gw.poll_events()
+        assert (end.job_id, end.kind) == (spec.job_id, "succeeded")
+        assert free_gpus(gw) == ALL_FREE
+        spec = replace(spec, job_id=f"{spec.job_id}-again")  # another job of the kind, to delete
+        gw.submit(spec, Placement(spec.job_id, cluster, "gpu-0", spec.num_gpus))
+        assert [e.kind for e in gw.poll_events()] == ["running"]
+    gw.delete(spec.job_id)
+    (gone,) = gw.poll_events()
+    end = "succeeded" if spec.kind == "inference" else "failed"  # a service's end is its deletion
+    assert (gone.job_id, gone.kind, gone.reason) == (spec.job_id, end, DELETED_REASON)
+    assert free_gpus(gw) == ALL_FREE and gw.held_jobs() == frozenset()

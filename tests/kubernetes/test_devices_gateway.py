@@ -1,6 +1,7 @@
 """Devices read right, as the fake API server receives them: a GKE accelerator pin swapped for a selector
-the chosen node matches, the ConfigMap and claim a job's pods need created beside it, and DRA claims bound
-without a `nvidia.com/gpu` beside them."""
+the chosen node matches (on every pod template of the kind), the ConfigMap and claim a job's pods need
+created beside it, DRA claims bound without a `nvidia.com/gpu` beside them, and default cards bound to the
+template intake counted them on."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from cpn.intake import read_manifests
 from cpn.inventory import Node
 from tests.kubernetes.conftest import DOMAIN, gpu_labels, make_gateway, seed_taints
 from tests.unit.test_devices import CONFIGMAP_JOB, GKE_JOB, MIG_JOB, WHOLE_GPU_TEMPLATE
+from tests.unit.test_intake_kinds_devices import kind_doc, rayjob_with_cpu_head
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 
@@ -99,3 +101,67 @@ def test_the_dra_manifests_read_are_the_real_apis():
     validate_object(workload, "1.34")
     v1 = yaml.safe_load(WHOLE_GPU_TEMPLATE)
     validate_object(v1, "1.34")
+
+
+def test_a_pytorchjob_pinned_by_gkes_label_reaches_the_cluster_pinned_to_the_chosen_card_on_every_replica(
+    server,
+):
+    server.add_node("a-0", gpu_labels("training", A100, 8, 40960), 8, taints=seed_taints("training", A100))
+    doc = kind_doc("pytorchjob")
+    for replica in doc["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["nodeSelector"] = {
+            "cloud.google.com/gke-accelerator": "nvidia-tesla-a100"
+        }
+    ((spec, _),) = read_manifests(yaml.safe_dump(doc))
+    make_gateway(server).submit(spec, Placement(spec.job_id, "east", "a-0", 2))
+    obj = server.get(("kubeflow.org", "pytorchjobs"), "default", "pytorch-dist-mnist-nccl")
+    (node,) = server.objects[("", "nodes")].values()
+    for replica in obj["spec"]["pytorchReplicaSpecs"].values():
+        pod = replica["template"]["spec"]
+        assert "cloud.google.com/gke-accelerator" not in (pod.get("nodeSelector") or {})
+        (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100]} in term[
+            "matchExpressions"
+        ]
+        assert matches(term, node["metadata"]["labels"])
+
+
+def test_a_jobset_is_created_with_the_configmap_its_workers_mount(server):
+    server.add_node(
+        "t-0", gpu_labels("training", "Tesla-T4", 4, 15360), 4, taints=seed_taints("training", "Tesla-T4")
+    )
+    doc = kind_doc("jobset")
+    workers = doc["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]
+    workers["volumes"] = [{"name": "config", "configMap": {"name": "train-config"}}]
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "train-config"},
+        "data": {"a": "1"},
+    }
+    ((spec, _),) = read_manifests(yaml.safe_dump_all([doc, config]))
+    make_gateway(server).submit(spec, Placement(spec.job_id, "east", "t-0", 4))
+    assert server.get(("jobset.x-k8s.io", "jobsets"), "default", "pytorch-gpus") is not None
+    created = server.get(("", "configmaps"), "default", "train-config")
+    assert created is not None and created["data"] == {"a": "1"}
+
+
+def test_a_rayjobs_default_cards_are_bound_to_its_pinned_workers_not_its_cpu_head():
+    node = Node("c", "h20-0", "NVIDIA-H20", 8, 96, 96, "training")
+    doc = rayjob_with_cpu_head()
+    worker = doc["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    del worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    worker["tolerations"] = [
+        {"key": "nvidia.com/gpu.product", "operator": "Equal", "value": "NVIDIA-H20", "effect": "NoSchedule"}
+    ]
+    ((spec, _),) = read_manifests(yaml.safe_dump(doc))
+    (workload,) = KubernetesBinder(DOMAIN, lambda cluster, name: node).bind(
+        spec, Placement(spec.job_id, "c", "h20-0", spec.num_gpus)
+    )
+    cluster = workload["spec"]["rayClusterSpec"]
+    head = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]
+    worker = cluster["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]
+    assert "nvidia.com/gpu" not in head.get("limits", {})
+    assert worker["limits"]["nvidia.com/gpu"] == worker["requests"]["nvidia.com/gpu"] == "1"

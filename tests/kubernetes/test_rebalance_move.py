@@ -25,10 +25,11 @@ K80, V100 = "Tesla-K80", "Tesla-V100-SXM2-16GB"
 def test_a_job_moved_to_a_faster_node_runs_there_under_a_new_name_and_succeeds(server):
     server.add_node("slow-0", gpu_labels("training", K80, 1, 12288), 1, taints=seed_taints("training", K80))
     server.add_node("fast-0", gpu_labels("training", V100, 1, 16384), 1, taints=seed_taints("training", V100))
-    store = JobStore(":memory:", clock=SimClock())
+    clock = SimClock()  # one clock: the deleted run's end is told apart by its time against the move's
+    store = JobStore(":memory:", clock=clock)
     spec = JobSpec("bulk/train", "resnet50", image="resnet:1", cpu=1, checkpoint_interval_s=600.0)
     store.submit([spec])
-    scheduler = Scheduler(store, make_gateway(server), FifoPolicy(), SimClock(), forecast=False)
+    scheduler = Scheduler(store, make_gateway(server, clock=clock), FifoPolicy(), clock, forecast=False)
 
     def state() -> JobState:
         scheduler.round()

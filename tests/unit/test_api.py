@@ -60,6 +60,8 @@ def test_the_answer_says_what_was_read_of_each_job(client):
         "gpu_memory_min_gb": None,
         "cpu": 1.0,
         "notes": [],
+        "workload": "batch/v1 Job",
+        "name_from": "",
     }
     assert cyclegan["read"]["gpus_from"] == (
         "annotation gpu_count: 1 per pod of spec.tasks[0].template, no nvidia.com/gpu limit"

@@ -285,7 +285,8 @@ def test_unsupported_api_version_of_a_job_is_an_error_not_a_skip():
     doc = batch_job()
     doc["apiVersion"] = "batch/v1beta1"
     (problem,) = problems_of(dump(doc))
-    assert problem.field == "apiVersion" and "batch/v1 Job" in problem.reason
+    assert problem.field == "apiVersion" and "not a version of Job" in problem.reason
+    assert problem.reason.endswith("use batch/v1")
 
 
 @pytest.mark.parametrize(

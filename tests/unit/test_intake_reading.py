@@ -38,6 +38,7 @@ def test_a_manifest_that_pins_a_gpu_without_limit_or_gpu_count_says_it_took_the_
         gpu_memory_min_gb=None,
         cpu=2.0,
         notes=("carried with it: Service inference-service",),
+        workload="apps/v1 Deployment",
     )
 
 

@@ -19,11 +19,10 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from cpn.workloads import WORKLOADS, WorkloadKind
+
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 """Statuses worth another try: throttling and server-side trouble."""
-
-VOLCANO = ("batch.volcano.sh", "v1alpha1", "jobs")
-"""(group, version, plural) of Volcano Jobs."""
 
 
 @dataclass(frozen=True)
@@ -148,8 +147,8 @@ def _typed(group: str, noun: str) -> Kind:
     )
 
 
-def _volcano() -> Kind:
-    group, version, plural = VOLCANO
+def _custom(group: str, version: str, plural: str) -> Kind:
+    """A custom resource, through CustomObjectsApi."""
     return Kind(
         create=lambda api, ns, body: (
             lambda: api.call(api.custom.create_namespaced_custom_object, group, version, ns, plural, body)
@@ -177,13 +176,33 @@ def _volcano() -> Kind:
     )
 
 
+_TYPED = {
+    ("batch", "Job"): ("batch", "job"),
+    ("apps", "Deployment"): ("apps", "deployment"),
+    ("", "Pod"): ("core", "pod"),
+}
+
+
+def _kind_of(workload: WorkloadKind, version: str) -> Kind:
+    typed = _TYPED.get((workload.group, workload.kind))
+    return _typed(*typed) if typed else _custom(workload.group, version, workload.plural)
+
+
 KINDS: dict[tuple[str, str], Kind] = {
-    ("batch/v1", "Job"): _typed("batch", "job"),
-    ("batch.volcano.sh/v1alpha1", "Job"): _volcano(),
-    ("apps/v1", "Deployment"): _typed("apps", "deployment"),
+    **{
+        (workload.api_version(version), workload.kind): _kind_of(workload, version)
+        for workload in WORKLOADS
+        for version in workload.versions
+    },
     ("v1", "Service"): _typed("core", "service"),
     ("v1", "ConfigMap"): _typed("core", "config_map"),
     ("v1", "Secret"): _typed("core", "secret"),
     ("v1", "PersistentVolumeClaim"): _typed("core", "persistent_volume_claim"),
 }
-"""(apiVersion, kind) of every object cpn submits: the workloads intake accepts and what comes with them."""
+"""(apiVersion, kind) of every object cpn submits: the workloads intake accepts (`cpn.workloads`), in every
+version, and what comes with them."""
+
+
+def collection(workload: WorkloadKind) -> str:
+    """The name of a workload kind's collection in a gateway's view: its plural, qualified by its group."""
+    return f"{workload.plural}.{workload.group}" if workload.group else workload.plural

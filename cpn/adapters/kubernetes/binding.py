@@ -20,10 +20,18 @@ every GPU-holding pod template, the seed's label scheme (003):
 - a topology spread over nodes when a gang's pods spread over several;
 - cpn's labels and annotations (cpn.adapters.kubernetes.labels) on the objects and their pod templates.
 
+Every pod template of the workload's kind gets this (`cpn.workloads`: a Kubeflow job's replica specs, a
+JobSet's replicated jobs, a LeaderWorkerSet's leader and worker templates, a Ray cluster's head and worker
+groups, a KServe component, a bare Pod). A TrainJob has no pod template: its cards go into
+`trainer.resourcesPerNode`, the rest into a `runtimePatches` entry of manager `cpn.<label_domain>` for its
+runtime's `node` job.
+
 Volcano Jobs get `schedulerName: volcano` and, unless the user set it, `minAvailable` = all their pods,
 so the gang starts together. A job of one pod placed over k nodes (a job wider than any node) runs as k
-pods of equal cards: parallelism/completions k (Indexed) for a batch Job, replicas k for a Volcano task
-or a Deployment.
+pods of equal cards: parallelism/completions k (Indexed) for a batch Job, replicas k for a Volcano task,
+a Deployment, a Kubeflow replica spec, a JobSet replicated job or a Ray worker group, `numNodes` for a
+TrainJob, `minReplicas` for a KServe component; a bare Pod, a Ray head or a LeaderWorkerSet cannot be
+spread so, and is refused (BindError).
 """
 
 from __future__ import annotations
@@ -38,9 +46,11 @@ import yaml
 from cpn.decisions import Placement
 from cpn.devices import is_pin_label
 from cpn.formats.manifests import to_manifest
+from cpn.intake import pins_a_gpu
 from cpn.inventory import GPU_PRODUCT_LABEL, Node
 from cpn.jobs import JobSpec
 from cpn.rules import POOLS_FOR_KIND, is_sharing
+from cpn.workloads import TRAINJOB_NODE, containers, workload_of
 
 from .labels import CpnLabels, object_name
 
@@ -66,16 +76,19 @@ class _Template:
 
     template: dict[str, Any]
     replicas: int
-    set_replicas: Callable[[int], None]
+    set_replicas: Callable[[int], None] | None
 
     @property
     def pod_spec(self) -> dict[str, Any]:
         return self.template.setdefault("spec", {})
 
+    def containers(self) -> list[dict[str, Any]]:
+        return [c for _, c in containers(self.pod_spec) or []]
+
     def gpus(self) -> int:
         """GPUs one pod of this template holds (the sum of its containers' limits)."""
         total = 0
-        for container in self.pod_spec.get("containers") or []:
+        for container in self.containers():
             value = ((container.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE)
             total += int(str(value)) if value is not None else 0
         return total
@@ -123,6 +136,8 @@ class KubernetesBinder:
             # A job cpn spread into pods starts whole; else the user's minAvailable stands.
             if reshaped or "minAvailable" not in spec:
                 spec["minAvailable"] = pods
+        if workload.get("kind") == "TrainJob":
+            _trainjob_patch(workload, templates[0], self.labels.prefix)
         _quantities_as_strings(workload)
         for obj in companions:
             meta = obj.setdefault("metadata", {})
@@ -146,9 +161,20 @@ class KubernetesBinder:
         and whether a one-pod job was spread into several pods."""
         if job.device_classes:  # DRA: the claims hold the devices; no nvidia.com/gpu is added beside them
             return [t for t in templates if t.gpus() > 0 or t.pod_spec.get("resourceClaims")], False
-        holding = [t for t in templates if t.gpus() > 0] or templates[:1]
+        # As intake counted them: the templates with a GPU limit; else the first that pins a GPU (a RayJob's
+        # CPU head before its pinned workers), else the first.
+        holding = (
+            [t for t in templates if t.gpus() > 0]
+            or [t for t in templates if pins_a_gpu(t.pod_spec)][:1]
+            or templates[:1]
+        )
         reshaped = False
         if len(holding) == 1 and holding[0].replicas == 1 and len(placement.nodes) > 1:
+            if holding[0].set_replicas is None:
+                raise BindError(
+                    f"job {job.job_id} is one pod that cannot be several; it needs its cards on one node, "
+                    f"but the placement spreads them over {len(placement.nodes)}"
+                )
             counts = {c for _, c in placement.nodes}
             if len(counts) != 1:
                 raise BindError(
@@ -189,7 +215,7 @@ class KubernetesBinder:
         self._tolerations(spec, job, chosen[0])
         if not gpu:
             return
-        for container in spec.get("containers") or []:
+        for container in t.containers():
             resources = container.get("resources") or {}
             limit = (resources.get("limits") or {}).get(GPU_RESOURCE)
             if limit is not None:
@@ -207,7 +233,7 @@ class KubernetesBinder:
             ]
         if self.hami and is_sharing(job):
             share = job.gpu_share or 1.0
-            container = spec["containers"][0]
+            container = t.containers()[0]
             resources = container.setdefault("resources", {})
             extra = {
                 HAMI_MEMORY: str(int(share * chosen[0].gpu_memory_gb * 1024)),
@@ -218,7 +244,14 @@ class KubernetesBinder:
                 limits.setdefault(key, value)  # the slice the user asked for stands
 
     def annotate_pods(self, workload: dict[str, Any], annotations: dict[str, str]) -> None:
-        """Add `annotations` to every pod template of a bound workload."""
+        """Add `annotations` to every pod template of a bound workload (a TrainJob's: its cpn patch's)."""
+        if workload.get("kind") == "TrainJob":
+            for patch in workload["spec"]["runtimePatches"]:
+                if patch["manager"] == self.labels.prefix:
+                    (job,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+                    meta = job["template"]["spec"]["template"]["metadata"]
+                    meta.setdefault("annotations", {}).update(annotations)
+            return
         for t in _templates(workload):
             t.template.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
 
@@ -282,7 +315,7 @@ def _quantities_as_strings(value: Any) -> None:
     """Write every resource quantity as a string ("1", not 1), the form the API's typed models take."""
     if isinstance(value, dict):
         for key, item in value.items():
-            if key == "resources" and isinstance(item, dict):
+            if key in ("resources", "resourcesPerNode") and isinstance(item, dict):
                 for part in ("limits", "requests"):
                     if isinstance(item.get(part), dict):
                         item[part] = {k: v if isinstance(v, str) else f"{v:g}" for k, v in item[part].items()}
@@ -295,10 +328,10 @@ def _quantities_as_strings(value: Any) -> None:
 
 def _set_gpus(t: _Template, gpus: int) -> None:
     """Give each pod of `t` `gpus` cards: on its first container, requests and limits alike."""
-    containers = t.pod_spec.get("containers") or []
-    if not containers:
+    found = t.containers()
+    if not found:
         raise BindError("a pod template has no containers")
-    for i, container in enumerate(containers):
+    for i, container in enumerate(found):
         resources = container.setdefault("resources", {})
         for which in ("limits", "requests"):
             part = resources.setdefault(which, {}) if i == 0 else resources.get(which) or {}
@@ -308,29 +341,27 @@ def _set_gpus(t: _Template, gpus: int) -> None:
 
 
 def _templates(obj: dict[str, Any]) -> list[_Template]:
-    """Every pod template of a batch Job, Volcano Job or Deployment, with its pod count."""
+    """Every pod template of the workload (`cpn.workloads`), with its pod count."""
+    workload = workload_of(obj)
+    if workload is None:
+        raise BindError(f"cpn does not run {obj.get('kind')} {obj.get('apiVersion')}")
+    if workload.kind == "TrainJob":  # its pods' cards are the trainer's resourcesPerNode: write them there
+        obj.setdefault("spec", {}).setdefault("trainer", {}).setdefault("resourcesPerNode", {})
+    return [_Template(s.template, s.pods, s.set_replicas) for s in workload.slots(obj)]
+
+
+def _trainjob_patch(obj: dict[str, Any], t: _Template, manager: str) -> None:
+    """Carry what was stamped on a TrainJob's trainer pods (labels, annotations, affinity, tolerations) into
+    its `runtimePatches`, under `manager`: a TrainJob has no pod template of its own, its runtime's
+    `node` job makes the pods, and a patch entry is how its pods are changed (Kubeflow Trainer)."""
+    meta = t.template.get("metadata") or {}
+    pod_spec = {k: t.pod_spec[k] for k in ("affinity", "tolerations", "nodeSelector") if k in t.pod_spec}
+    pod_template = {
+        "metadata": {k: meta[k] for k in ("labels", "annotations") if meta.get(k)},
+        "spec": pod_spec,
+    }
+    job = {"name": TRAINJOB_NODE, "template": {"spec": {"template": pod_template}}}
+    patch = {"manager": manager, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}}}
     spec = obj.setdefault("spec", {})
-    api, kind = obj.get("apiVersion"), obj.get("kind")
-    if api == VOLCANO_API:
-        out = []
-        for task in spec.get("tasks") or []:
-
-            def set_task(n: int, task: dict = task) -> None:
-                task["replicas"] = n
-
-            out.append(_Template(task.setdefault("template", {}), int(task.get("replicas", 1)), set_task))
-        return out
-    if (api, kind) == ("batch/v1", "Job"):
-
-        def set_job(n: int) -> None:
-            spec["parallelism"] = spec["completions"] = n
-            spec["completionMode"] = "Indexed"
-
-        return [_Template(spec.setdefault("template", {}), int(spec.get("parallelism", 1)), set_job)]
-    if (api, kind) == ("apps/v1", "Deployment"):
-
-        def set_deploy(n: int) -> None:
-            spec["replicas"] = n
-
-        return [_Template(spec.setdefault("template", {}), int(spec.get("replicas", 1)), set_deploy)]
-    raise BindError(f"cpn does not run {kind} {api}")
+    spec["runtimePatches"] = [p for p in spec.get("runtimePatches") or [] if p.get("manager") != manager]
+    spec["runtimePatches"].append(patch)

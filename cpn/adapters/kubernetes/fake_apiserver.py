@@ -1,11 +1,13 @@
 """A small Kubernetes API server over HTTP, for tests and benchmarks of the real `kubernetes` client.
 
 It lives in the package, beside the adapter it stands in for, because `cpn bench gateway` runs the
-gateway against it from an installed cpn (where tests/ is not), and it needs nothing but the standard
-library.
+gateway against it from an installed cpn (where tests/ is not); it needs the standard library and cpn's
+own table of workload kinds and CRD schemas.
 
-It serves what cpn uses, as JSON: nodes; pods with their logs; batch/v1 Jobs, apps/v1 Deployments,
-Volcano Jobs, Services and ConfigMaps (create 201, 409 AlreadyExists, get, delete, list, watch).
+It serves what cpn uses, as JSON: nodes; pods with their logs; every workload kind cpn accepts
+(`cpn.workloads`: batch Jobs, Deployments, bare Pods and the custom resources, Volcano's, Kubeflow's, JobSet,
+LeaderWorkerSet, KubeRay's, KServe's), Services and ConfigMaps (create 201, 409 AlreadyExists, 422 for a
+custom resource its CRD's schema refuses (`cpn.crd_schemas`), get, delete, list, watch).
 Lists carry a resourceVersion; watches stream chunked events after a resourceVersion and honour
 `labelSelector` (k=v,...), `timeoutSeconds` and, for pods, `fieldSelector status.phase!=...`.
 `compact()` makes older versions expire, so a watch from one gets 410 Gone, as etcd compaction does.
@@ -13,10 +15,12 @@ Lists carry a resourceVersion; watches stream chunked events after a resourceVer
 (`requests`) and counted by what an authorizer would call it (`calls`: (API group, resource, verb), a
 watch counted once when it opens).
 
-A stand-in controller and scheduler: creating a workload creates its pods (parallelism, replicas or
-each Volcano task's replicas), each bound to the first node its `matchFields metadata.name` allows that
-has the GPUs free, and running. `finish()` ends a workload's pods (succeeded, failed, OOMKilled) and
-sets the workload's status as the job controller or Volcano would.
+A stand-in controller and scheduler: creating a workload creates its pods (each pod template's count, as
+`cpn.workloads` reads it; a TrainJob's with its runtime patches applied), owned by it, each bound to the
+first node its `matchFields metadata.name` allows that has the GPUs free, and running; a bare Pod is bound
+and run itself. `finish()` ends a workload's pods (succeeded, failed, OOMKilled) and sets the workload's
+status as its controller would (`_ended_status`: the job controller's conditions, Volcano's phase,
+Kubeflow's, JobSet's, KubeRay's).
 
 kmock (STACK.md) was not used: it ignores label selectors and sets no resourceVersion, both of which
 the watch's resume and relist depend on.
@@ -37,7 +41,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-WORKLOADS = {("batch", "jobs"), ("apps", "deployments"), ("batch.volcano.sh", "jobs")}
+from cpn.crd_schemas import schema_problems
+from cpn.workloads import KSERVE_MODEL_KEYS, TRAINJOB_NODE, WorkloadKind, containers, workload_of
+from cpn.workloads import WORKLOADS as KNOWN
+
+WORKLOADS = {(w.group, w.plural): w for w in KNOWN if w.group}
+"""(API group, plural) of the workload kinds whose pods the stand-in controllers make (not a bare Pod)."""
 
 
 def now_iso() -> str:
@@ -72,12 +81,20 @@ class Fault:
 class FakeApiServer:
     """Start with `start()`, stop with `stop()`; `url` is its base URL."""
 
-    def __init__(self) -> None:
+    def __init__(self, check_schemas: bool = True) -> None:
+        self.check_schemas = check_schemas
+        """Refuse (422) a custom resource its CRD's schema refuses; off where only the client is measured
+        (`cpn bench gateway`: checking costs the shared process a few ms per object)."""
         self.objects: dict[tuple[str, str], dict[tuple[str, str], dict]] = {}
         self.events: list[tuple[int, tuple[str, str], str, dict]] = []
         self.rv = 0
         self.compacted = 0
-        self.cond = threading.Condition()
+        self._lock = threading.RLock()
+        self.cond = threading.Condition(self._lock)
+        self._waiters: dict[tuple[str, str], threading.Condition] = {}
+        """Per collection, what its open watches wait on: an event wakes only the watches of its collection
+        (with a dozen collections watched, waking every watch on every event costs the process more than
+        the client it serves)."""
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str]] = []
         """(method, path) of every request, oldest first."""
@@ -105,7 +122,7 @@ class FakeApiServer:
     def stop(self) -> None:
         with self.cond:
             self._stopped = True
-            self.cond.notify_all()
+            self._wake(None)
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -126,7 +143,7 @@ class FakeApiServer:
                 self._count_gpus(obj, 1)
             store[key] = obj
             self.events.append((self.rv, res, kind, json.loads(json.dumps(obj))))
-            self.cond.notify_all()
+            self._wake(res)
             return obj
 
     def remove(self, res: tuple[str, str], ns: str, name: str) -> dict | None:
@@ -138,8 +155,19 @@ class FakeApiServer:
                 self.rv += 1
                 obj["metadata"]["resourceVersion"] = str(self.rv)
                 self.events.append((self.rv, res, "DELETED", obj))
-                self.cond.notify_all()
+                self._wake(res)
             return obj
+
+    def _waiter(self, res: tuple[str, str]) -> threading.Condition:
+        with self.cond:
+            return self._waiters.setdefault(res, threading.Condition(self._lock))
+
+    def _wake(self, res: tuple[str, str] | None) -> None:
+        """Wake the watches of collection `res` (None: every watch), under the lock."""
+        self.cond.notify_all()
+        for key, waiter in self._waiters.items():
+            if res is None or key == res:
+                waiter.notify_all()
 
     def get(self, res: tuple[str, str], ns: str, name: str) -> dict | None:
         return self.objects.get(res, {}).get((ns, name))
@@ -164,7 +192,7 @@ class FakeApiServer:
             if expire_open_watches:
                 self.rv += 1
                 self.events.append((self.rv, ("*", "*"), "EXPIRE", {}))
-            self.cond.notify_all()
+            self._wake(None)
 
     def fail(
         self, method: str, path: str, status: int, times: int = 1, retry_after: float | None = None
@@ -229,23 +257,25 @@ class FakeApiServer:
         return None
 
     def _make_pods(self, res: tuple[str, str], obj: dict) -> None:
-        spec, meta = obj["spec"], obj["metadata"]
-        if res == ("batch.volcano.sh", "jobs"):
-            groups = [
-                (f"{meta['name']}-{t['name']}", t["template"], int(t.get("replicas", 1)))
-                for t in spec["tasks"]
-            ]
-        else:
-            count = int(spec.get("parallelism", spec.get("replicas", 1)))
-            groups = [(meta["name"], spec["template"], count)]
-        for prefix, template, count in groups:
-            for i in range(count):
+        """The pods of a new workload, as its controller would make them: each template's pod count
+        (`cpn.workloads`), named `<workload>-<task>-<i>` for a Volcano task, `<workload>-<i>` for a kind of
+        one template, `<workload>-t<k>-<i>` for the k-th template of others; owned by the workload."""
+        meta = obj["metadata"]
+        slots = WORKLOADS[res].slots(obj)
+        for k, slot in enumerate(slots):
+            if res == ("batch.volcano.sh", "jobs"):
+                prefix = f"{meta['name']}-{obj['spec']['tasks'][k]['name']}"
+            else:
+                prefix = meta["name"] if len(slots) == 1 else f"{meta['name']}-t{k}"
+            owner = {
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+            }
+            template = _patched(obj, slot.template)
+            for i in range(slot.pods):
                 tmeta = template.get("metadata", {})
-                pod_spec = json.loads(json.dumps(template["spec"]))
-                node = self._schedule(pod_spec)
-                if node:
-                    pod_spec["nodeName"] = node
-                running = node is not None and self.auto_start
                 pod = {
                     "apiVersion": "v1",
                     "kind": "Pod",
@@ -254,28 +284,44 @@ class FakeApiServer:
                         "namespace": meta["namespace"],
                         "labels": dict(tmeta.get("labels", {})),
                         "annotations": dict(tmeta.get("annotations", {})),
+                        "ownerReferences": [owner],
                     },
-                    "spec": pod_spec,
-                    "status": {"phase": "Running", "startTime": now_iso()}
-                    if running
-                    else {"phase": "Pending"},
+                    "spec": {
+                        **json.loads(json.dumps(template["spec"])),
+                        "containers": _containers(slot),
+                    },
                 }
-                if running:
-                    pod["status"]["containerStatuses"] = [
-                        {"name": c["name"], "state": {"running": {"startedAt": now_iso()}}}
-                        for c in pod_spec["containers"]
-                    ]
-                self.put(("", "pods"), pod)
+                self.put(("", "pods"), self._started(pod))
+
+    def _started(self, pod: dict) -> dict:
+        """`pod` bound to a node with room for it and running (Pending when none has room)."""
+        node = self._schedule(pod["spec"])
+        if node:
+            pod["spec"]["nodeName"] = node
+        running = node is not None and self.auto_start
+        pod["status"] = {"phase": "Running", "startTime": now_iso()} if running else {"phase": "Pending"}
+        if running:
+            pod["status"]["containerStatuses"] = [
+                {"name": c["name"], "state": {"running": {"startedAt": now_iso()}}}
+                for c in pod["spec"]["containers"]
+            ]
+        return pod
 
     def pods_of(self, ns: str, name: str) -> list[dict]:
+        """The pods of workload `name` (those it owns), or the bare pod of that name."""
         return [
             p
             for (pns, pname), p in sorted(self.objects.get(("", "pods"), {}).items())
-            if pns == ns and pname.startswith(f"{name}-")
+            if pns == ns
+            and (
+                any(o["name"] == name for o in p["metadata"].get("ownerReferences", []))
+                or (pname == name and not p["metadata"].get("ownerReferences"))
+            )
         ]
 
     def finish(self, ns: str, name: str, outcome: str = "succeeded", reason: str = "", log: str = "") -> None:
-        """End a batch or Volcano Job: its pods end, then its status says so (reason OOMKilled, Evicted)."""
+        """End a workload (or a bare pod): its pods end, then its status says so as its kind's controller
+        writes it (`_ended_status`; a pod's reason OOMKilled, Evicted). A service's status is left alone."""
         with self.cond:
             for pod in self.pods_of(ns, name):
                 pod = json.loads(json.dumps(pod))
@@ -294,42 +340,91 @@ class FakeApiServer:
                 ]
                 self.logs[(ns, pod["metadata"]["name"])] = log
                 self.put(("", "pods"), pod, "MODIFIED")
-            for res in (("batch", "jobs"), ("batch.volcano.sh", "jobs")):
+            for res, workload in WORKLOADS.items():
                 obj = self.get(res, ns, name)
-                if obj is None:
+                if obj is None or workload.service:
                     continue
                 obj = json.loads(json.dumps(obj))
-                if res[0] == "batch":
-                    cond = {
-                        "type": "Failed" if outcome == "failed" else "Complete",
-                        "status": "True",
-                        "lastTransitionTime": now_iso(),
-                    }
-                    if outcome == "failed":
-                        cond.update(
-                            reason="BackoffLimitExceeded",
-                            message="Job has reached the specified backoff limit",
-                        )
-                    obj["status"] = {"conditions": [cond], "completionTime": now_iso()}
-                else:
-                    obj["status"] = {
-                        "state": {
-                            "phase": "Failed" if outcome == "failed" else "Completed",
-                            "lastTransitionTime": now_iso(),
-                        }
-                    }
+                obj["status"] = _ended_status(workload, outcome == "failed")
                 self.put(res, obj, "MODIFIED")
 
     def finish_all(self) -> None:
-        """Every job still running ends well; Deployments are removed with their pods."""
-        for res in (("batch", "jobs"), ("batch.volcano.sh", "jobs")):
+        """Every job still running ends well (a bare pod too); services are removed with their pods."""
+        for res, workload in WORKLOADS.items():
             for (ns, name), obj in list(self.objects.get(res, {}).items()):
-                if not obj.get("status"):
+                if workload.service:
+                    self.remove(res, ns, name)
+                    for pod in self.pods_of(ns, name):
+                        self.remove(("", "pods"), ns, pod["metadata"]["name"])
+                elif not obj.get("status"):
                     self.finish(ns, name)
-        for (ns, name), _ in list(self.objects.get(("apps", "deployments"), {}).items()):
-            self.remove(("apps", "deployments"), ns, name)
-            for pod in self.pods_of(ns, name):
-                self.remove(("", "pods"), ns, pod["metadata"]["name"])
+        for (ns, name), pod in list(self.objects.get(("", "pods"), {}).items()):
+            if not pod["metadata"].get("ownerReferences") and pod["status"].get("phase") == "Running":
+                self.finish(ns, name)
+
+
+def _containers(slot: Any) -> list[dict]:
+    """A pod's containers from its template (a KServe component's model container named as KServe names
+    it)."""
+    found = containers(slot.template["spec"]) or []
+    return [{"name": "kserve-container", **c} if at in KSERVE_MODEL_KEYS else c for at, c in found]
+
+
+def _patched(obj: dict, template: dict) -> dict:
+    """A TrainJob's trainer pod template with its `runtimePatches` for the runtime's node job applied, as
+    Kubeflow Trainer applies them; any other template as it is."""
+    if obj.get("kind") != "TrainJob":
+        return template
+    out = json.loads(json.dumps(template))
+    for patch in obj["spec"].get("runtimePatches") or []:
+        jobs = (
+            patch.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {}).get("replicatedJobs", [])
+        )
+        for job in jobs:
+            if job.get("name") == TRAINJOB_NODE:
+                pod = job.get("template", {}).get("spec", {}).get("template", {})
+                for key in ("labels", "annotations"):
+                    out.setdefault("metadata", {}).setdefault(key, {}).update(
+                        pod.get("metadata", {}).get(key, {})
+                    )
+                out["spec"].update(pod.get("spec", {}))
+    return out
+
+
+def _invalid(body: dict) -> str:
+    """Why a custom resource's CRD schema refuses `body` ('' when it passes or is no custom resource)."""
+    workload = workload_of(body)
+    if workload is None:
+        return ""
+    problems = schema_problems(body, workload, most=1)
+    return "; ".join(f"{field}: {message}" for field, message in problems)
+
+
+def _ended_status(workload: WorkloadKind, failed: bool) -> dict:
+    """The status a workload's controller writes when its pods have ended, well or not (its kind's own
+    form: what `WorkloadKind.ended` reads)."""
+    now = now_iso()
+    why = {"reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}
+    if workload.group == "batch.volcano.sh":
+        return {"state": {"phase": "Failed" if failed else "Completed", "lastTransitionTime": now}}
+    if workload.kind == "RayJob":
+        return {
+            "jobDeploymentStatus": "Failed" if failed else "Complete",
+            "jobStatus": "FAILED" if failed else "SUCCEEDED",
+            "endTime": now,
+            **({"reason": "AppFailed", "message": "the Ray job's entrypoint failed"} if failed else {}),
+        }
+    if workload.kind == "RayCluster":
+        # A RayCluster has no end of its own: its pods ending well leave it "ready" (until deleted).
+        return {"state": "failed", "reason": "the Ray head failed"} if failed else {"state": "ready"}
+    done = {
+        "batch": "Complete",
+        "kubeflow.org": "Succeeded",
+        "trainer.kubeflow.org": "Complete",
+        "jobset.x-k8s.io": "Completed",
+    }[workload.group]
+    cond = {"type": "Failed" if failed else done, "status": "True", "lastTransitionTime": now}
+    return {"conditions": [{**cond, **(why if failed else {})}], "completionTime": now}
 
 
 def _expired(message: str) -> dict:
@@ -458,6 +553,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         def _watch(self, res: tuple[str, str], ns: str | None, q: dict[str, str]) -> None:
             since = int(q.get("resourceVersion") or server.rv)
+            waiter = server._waiter(res)
             deadline = time.monotonic() + float(q.get("timeoutSeconds", 30))
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -481,7 +577,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                             left = deadline - time.monotonic()
                             if left <= 0 or server._stopped:
                                 return
-                            server.cond.wait(min(left, 0.5))
+                            waiter.wait(min(left, 0.5))
                             continue
                     for rv, eres, kind, obj in batch:
                         since = rv
@@ -508,10 +604,16 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             res, ns, _, _, _ = self._route()
             name = body["metadata"]["name"]
             body["metadata"]["namespace"] = ns
+            invalid = _invalid(body) if server.check_schemas else ""
+            if invalid:
+                self._status(422, "Invalid", f'{body.get("kind")} "{name}" is invalid: {invalid}')
+                return
             with server.cond:
                 if server.get(res, ns, name) is not None:
                     self._status(409, "AlreadyExists", f'{res[1]} "{name}" already exists')
                     return
+                if res == ("", "pods"):
+                    body = server._started(body)
                 obj = server.put(res, body)
                 if res in WORKLOADS:
                     server._make_pods(res, obj)

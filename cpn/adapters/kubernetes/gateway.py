@@ -8,7 +8,9 @@ annotation as the same job. 429, 5xx and timeouts are retried with backoff; anot
 with the API server's message.
 
 Everything comes by watch, not polling: one watch per collection (nodes and every pod, for the
-inventory; cpn's batch Jobs and Volcano Jobs), resumed from its resourceVersion and relisted on 410 Gone
+inventory; cpn's objects of every workload kind that ends by its status, `WATCHED`: batch and Volcano Jobs,
+Kubeflow jobs, TrainJobs, JobSets, RayJobs and RayClusters; a kind whose CRD the cluster lacks is not
+watched), resumed from its resourceVersion and relisted on 410 Gone
 (cpn.adapters.kubernetes.watch). A submission costs O(1) calls: it is admitted on the watched state of
 the placement's nodes (and the cards claimed by jobs whose pods have not shown yet), and creates the
 job's objects; the cluster is never listed per job. Each object is indexed by its job, so a change
@@ -18,9 +20,13 @@ end the tail of its pod's log is read (the failed pod's, else the first; `log_ta
 and bytes, and a failed end carries it on its event (`JobEvent.log_tail`, kept in the job store with
 the transition); where a `gpu_memory` source is given, the measured peak GPU memory goes on the event.
 
+Every workload kind is created as its own object: built-in kinds through their typed APIs (a bare Pod
+through CoreV1Api), custom resources through CustomObjectsApi in the version their manifest names.
+
 `delete` removes a job's objects through the API (its workload, whose pods go with it, and the Services
 and ConfigMaps submitted with it) and reports its end at once, reason `deleted`: `succeeded` for a
-Deployment (a service runs until deleted), `failed` for a batch or Volcano Job.
+service (a Deployment, LeaderWorkerSet, RayService or InferenceService runs until deleted), `failed` for
+the training kinds.
 
 On start-up (`held_jobs`, the first `submit` or `poll_events`) the gateway lists what the cluster runs for
 cpn (by cpn's labels) and reports every job found afresh; the caller's store skips what it already has,
@@ -39,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from config.settings import Cluster
 from cpn.adapters.gateway import DELETED_REASON, JobEvent, NoLog, SubmitRejected
@@ -49,8 +56,9 @@ from cpn.intake import SUPPORTED_KINDS
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
 from cpn.rules import is_sharing
+from cpn.workloads import WORKLOADS, WorkloadKind, pod_count, workload_of
 
-from .api import KINDS, VOLCANO, Api, ApiError, RetryPolicy
+from .api import KINDS, Api, ApiError, RetryPolicy, collection
 from .binding import BindError, KubernetesBinder
 from .inventory import Claim, LiveInventory
 from .labels import CpnLabels, job_key, object_name
@@ -143,21 +151,35 @@ class KubernetesGateway:
         self._started = False
         self._ended: set[str] = set()
         """Jobs whose end poll_events has handed out, while they have objects here."""
-        group, version, plural = VOLCANO
         cpn = self.labels.selector
         self._watches = [
             CollectionWatch(name, self.api, fn, selector, self._on_list, self._on_event, watch_timeout_s)
             for name, fn, selector in (
                 ("nodes", self.api.core.list_node, None),
                 ("pods", self.api.core.list_pod_for_all_namespaces, None),
-                ("jobs", self.api.batch.list_job_for_all_namespaces, cpn),
-                (
-                    "vcjobs",
-                    _bind_custom(self.api.custom.list_cluster_custom_object, group, version, plural),
-                    cpn,
-                ),
+                *((collection(w), self._lister(w), cpn) for w in WATCHED),
             )
         ]
+
+    def _lister(self, workload: WorkloadKind) -> Callable[..., Any]:
+        """The call listing (and, with watch=True, watching) `workload`'s objects in every namespace: in the
+        first of its versions the cluster serves (a 404 tries the next, and the one found is kept)."""
+        if (workload.group, workload.kind) == ("batch", "Job"):
+            return self.api.batch.list_job_for_all_namespaces
+        versions = list(workload.versions)
+
+        def call(**kwargs: Any) -> Any:
+            while True:
+                try:
+                    return self.api.custom.list_cluster_custom_object(
+                        workload.group, versions[0], workload.plural, **kwargs
+                    )
+                except ApiException as exc:
+                    if exc.status != 404 or len(versions) == 1:
+                        raise
+                    versions.pop(0)
+
+        return call
 
     # -- inventory -------------------------------------------------------------------------------------
 
@@ -231,9 +253,12 @@ class KubernetesGateway:
                 validate_object(obj, self.kubernetes_version)
         except (BindError, InvalidManifest) as exc:
             raise SubmitRejected(str(exc)) from None
+        unserved = self._unserved(objects[0])
+        if unserved:
+            raise SubmitRejected(unserved)
         if claim.share is not None:
             self.binder.annotate_pods(objects[0], {self.labels.card: str(claim.share[0])})
-        pods = _pod_count(objects[0])
+        pods = pod_count(objects[0])
         with self._lock:
             self._claims[job.job_id] = (claim, pods)
         created: list[dict] = []
@@ -249,6 +274,18 @@ class KubernetesGateway:
             if isinstance(exc, ApiError):
                 raise ApiRefusal(self.cluster, exc) from None
             raise SubmitRejected(f"cluster {self.cluster}: {exc}") from None
+
+    def _unserved(self, obj: dict) -> str:
+        """Why the cluster cannot take `obj`'s kind ('' when it may): its watch found the kind not served
+        (the API server answered 404 to its list: the CRD is not installed)."""
+        workload = workload_of(obj)
+        name = collection(workload) if workload is not None else None
+        if not any(w.name == name and w.missing for w in self._watches):
+            return ""
+        return (
+            f"cluster {self.cluster} does not serve {obj['kind']} ({obj['apiVersion']}): its CRD is not "
+            f"installed there; install {workload.project}'s CRD, or the job runs on a cluster that has it"
+        )
 
     def _create(self, obj: dict, job_id: str) -> None:
         kind = KINDS.get((obj["apiVersion"], obj["kind"]))
@@ -313,12 +350,22 @@ class KubernetesGateway:
         (KINDS' order), found by cpn's job label; ApiError when the API server refuses."""
         namespace, _ = object_name(job_id)
         selector = f"{self.labels.job}={job_key(job_id)}"
-        return [
-            (key, obj["metadata"]["name"])
-            for key, kind in KINDS.items()
-            for obj in kind.list(self.api, namespace, selector)()["items"]
-            if _job_id_of(obj, self.labels) == job_id
-        ]
+        found: dict[tuple[str, str, str], tuple[tuple[str, str], str]] = {}
+        for key in KINDS:  # every version: a cluster serves a kind in some of them (MPIJob v1 or v2beta1)
+            try:
+                items = KINDS[key].list(self.api, namespace, selector)()["items"]
+            except ApiError as exc:
+                if exc.status != 404:  # 404: the cluster does not serve the kind in that version
+                    raise
+                continue
+            for o in items:
+                if _job_id_of(o, self.labels) != job_id:
+                    continue
+                if key == ("v1", "Pod") and o["metadata"].get("ownerReferences"):
+                    continue  # a workload's pod, which goes with it
+                group = key[0].rpartition("/")[0]
+                found.setdefault((group, key[1], o["metadata"]["name"]), (key, o["metadata"]["name"]))
+        return list(found.values())
 
     def _workloads_of(self, job_id: str) -> bool:
         """Whether the cluster holds a workload of the job (ApiRefusal when the API server refuses)."""
@@ -475,12 +522,21 @@ class KubernetesGateway:
         keys = self._by_job.get(job_id, {}).get(collection, ())
         return [self._cache[collection][k] for k in sorted(keys)]
 
-    def _workload(self, job_id: str) -> dict | None:
+    def _workload(self, job_id: str) -> tuple[dict | None, WorkloadKind | None]:
+        """The job's workload object in the view and its kind: a watched one (`WATCHED`), else its bare
+        Pod (a pod no controller owns); (None, None) when neither is seen (a service's is not watched)."""
         with self._lock:
-            return next((o for coll in ("jobs", "vcjobs") for o in self._objects(job_id, coll)), None)
+            for w in WATCHED:
+                for obj in self._objects(job_id, collection(w)):
+                    return obj, w
+            for pod in self._objects(job_id, "pods"):
+                if not (pod.get("metadata") or {}).get("ownerReferences"):
+                    return pod, BARE_POD
+        return None, None
 
     def _status(self, job_id: str) -> JobStatus:
-        return job_status(self._workload(job_id), self._objects(job_id, "pods"))
+        workload, kind = self._workload(job_id)
+        return job_status(workload, self._objects(job_id, "pods"), kind)
 
     def _derive(self, job_ids: set[str]) -> None:
         """Re-derive each job's status and report what moved it forward."""
@@ -526,8 +582,8 @@ class KubernetesGateway:
             with self._lock:
                 for pod in pods:  # the inventory sees the cards free as soon as the end is reported
                     self._put("pods", pod)
-            workload = self._workload(job_id)
-            status = job_status(workload, pods) if workload is not None else status
+            workload, kind = self._workload(job_id)
+            status = job_status(workload, pods, kind) if workload is not None else status
         except ApiError as exc:
             log.warning("pods of %s not readable at its end: %s", job_id, exc)
         end = status.end if status.end is not None else now
@@ -562,6 +618,13 @@ class KubernetesGateway:
             self._finished.notify_all()
 
 
+WATCHED = tuple(w for w in WORKLOADS if not w.service and w.group)
+"""The workload kinds the gateway watches, one collection each: those that end by their status (a bare Pod
+is seen among the pods; a service's pods say all there is to know of it)."""
+
+BARE_POD = next(w for w in WORKLOADS if (w.group, w.kind) == ("", "Pod"))
+
+
 def tail(text: str, lines: int, max_bytes: int) -> str:
     """The last `lines` lines of `text` that fit in `max_bytes` of UTF-8 (whole lines; a last line longer
     than that keeps its end), without a trailing newline."""
@@ -579,13 +642,6 @@ def tail(text: str, lines: int, max_bytes: int) -> str:
     return "\n".join(reversed(kept))
 
 
-def _bind_custom(fn: Callable[..., Any], *args: Any) -> Callable[..., Any]:
-    def call(**kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-    return call
-
-
 def _key(obj: dict) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return meta.get("namespace", ""), meta.get("name", "")
@@ -600,13 +656,6 @@ def _older(new: dict, old: dict) -> bool:
     a = (new.get("metadata") or {}).get("resourceVersion", "")
     b = (old.get("metadata") or {}).get("resourceVersion", "")
     return a.isdigit() and b.isdigit() and int(a) < int(b)
-
-
-def _pod_count(workload: dict) -> int:
-    spec = workload.get("spec") or {}
-    if "tasks" in spec:
-        return sum(int(t.get("replicas", 1)) for t in spec["tasks"])
-    return int(spec.get("parallelism", spec.get("replicas", 1)))
 
 
 def _claim(job: JobSpec, admitted: Admitted, states: Mapping[tuple[str, str], NodeState]) -> Claim:

@@ -1,7 +1,11 @@
 """What a job's objects say about it: running, succeeded or failed, since when, and why.
 
-- A batch Job ends with its `Complete` or `Failed` condition; a Volcano Job with `status.state.phase`
-  Completed (succeeded) or Failed, Aborted, Terminated (failed). A Deployment serves until removed.
+- A workload ends as its kind's status says (`cpn.workloads`, `WorkloadKind.ended`): a batch Job with its
+  `Complete` or `Failed` condition, a Volcano Job with `status.state.phase` Completed (succeeded) or Failed,
+  Aborted, Terminated (failed), a Kubeflow job with `Succeeded`/`Failed`, a JobSet with `Completed`/`Failed`,
+  a TrainJob with `Complete`/`Failed`, a RayJob with `jobDeploymentStatus` Complete/Failed (and `jobStatus`
+  SUCCEEDED for success), a bare Pod with its phase. Services (a Deployment, LeaderWorkerSet, RayService,
+  InferenceService) and a RayCluster serve until removed.
 - A job runs once one of its pods runs (or has already finished).
 - A failure's reason comes from its pods first: `OOMKilled` when a container was killed for memory
   (its state or last state), `Evicted: <message>` for an evicted pod; else the condition's reason and
@@ -12,14 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from cpn.adapters.gateway import OOM_REASON
-
-Phase = Literal["submitted", "running", "succeeded", "failed"]
-
-VOLCANO_DONE = {"Completed": "succeeded", "Failed": "failed", "Aborted": "failed", "Terminated": "failed"}
+from cpn.workloads import Ended, Phase, WorkloadKind, timestamp, workload_of
 
 
 @dataclass(frozen=True)
@@ -37,13 +37,6 @@ class JobStatus:
     """(namespace, name) of the pod whose log tells why it failed, else its first pod."""
     pods: tuple[tuple[str, str], ...] = ()
     """(namespace, name) of each of its pods, by name."""
-
-
-def timestamp(text: str | None) -> float | None:
-    """RFC 3339 time as Unix seconds; None when absent."""
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def _pod_started(pod: Mapping[str, Any]) -> float | None:
@@ -70,8 +63,11 @@ def pod_failure(pod: Mapping[str, Any]) -> str:
     return ""
 
 
-def job_status(workload: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) -> JobStatus:
-    """The status of a job from its workload object (None when not seen) and its pods."""
+def job_status(
+    workload: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]], kind: WorkloadKind | None = None
+) -> JobStatus:
+    """The status of a job from its workload object (None when not seen), of workload kind `kind` (else
+    the object's own apiVersion and kind say), and its pods."""
     pods = sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", ""))
     starts = [t for t in (_pod_started(p) for p in pods) if t is not None]
     start = min(starts) if starts else None
@@ -84,7 +80,7 @@ def job_status(workload: Mapping[str, Any] | None, pods: Iterable[Mapping[str, A
         for p in pods
     )
     where = None if failed_pod is None else keys[pods.index(failed_pod)]
-    phase, end, reason = _ended(workload)
+    phase, end, reason = _ended(workload, kind)
     if phase is None:
         running = any((p.get("status") or {}).get("phase") in ("Running", "Succeeded") for p in pods)
         return JobStatus("running" if running else "submitted", start, None, "", nodes, where, keys)
@@ -93,23 +89,8 @@ def job_status(workload: Mapping[str, Any] | None, pods: Iterable[Mapping[str, A
     return JobStatus(phase, start, end, reason, nodes, where, keys)
 
 
-def _ended(workload: Mapping[str, Any] | None) -> tuple[Phase | None, float | None, str]:
+def _ended(workload: Mapping[str, Any] | None, kind: WorkloadKind | None) -> Ended:
     if workload is None:
         return None, None, ""
-    status = workload.get("status") or {}
-    if workload.get("apiVersion", "").startswith("batch.volcano.sh/"):
-        state = status.get("state") or {}
-        phase = VOLCANO_DONE.get(state.get("phase", ""))
-        if phase is None:
-            return None, None, ""
-        reason = ": ".join(x for x in (state.get("reason"), state.get("message")) if x) or state["phase"]
-        return phase, timestamp(state.get("lastTransitionTime")), reason if phase == "failed" else ""  # type: ignore[return-value]
-    for cond in status.get("conditions") or []:
-        if cond.get("status") != "True":
-            continue
-        if cond.get("type") == "Complete":
-            return "succeeded", timestamp(status.get("completionTime") or cond.get("lastTransitionTime")), ""
-        if cond.get("type") == "Failed":
-            reason = ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x) or "Failed"
-            return "failed", timestamp(cond.get("lastTransitionTime")), reason
-    return None, None, ""
+    kind = kind or workload_of(workload)
+    return (None, None, "") if kind is None else kind.ended(workload)
