@@ -907,7 +907,7 @@ def _parse_object(doc: Any, col: _Collector) -> _Parsed | None:
             doc = {**doc, "metadata": {**meta, "name": name}}
             meta = doc["metadata"]
     job_id = _job_id(meta, col) if meta is not None else None
-    annotations = _annotations(meta, col, job_kind) if meta is not None else None
+    annotations = _annotations(meta, col, workload.job_kind) if meta is not None else None
     if meta is not None:
         _kubernetes_metadata(meta, "metadata", col, own=CPN_ANNOTATIONS)
     pods, gang = _job_gang(doc, workload, annotations.gpu_count if annotations else None, col)
