@@ -42,6 +42,13 @@ class BasePolicySettings(BaseModel):
         "moves to a faster free card when, restarted there from its last checkpoint, it ends sooner by more "
         "than a checkpoint interval.",
     )
+    time_slicing: bool = Field(
+        False,
+        description="Suspend long running jobs that checkpoint for a short waiting job of the same team "
+        "when its wait saved outweighs what they lose (their work since the last checkpoint, the restart, "
+        "the short job's runtime), at most once per checkpoint interval (cpn.policies.slicing, "
+        "docs/optimiser.md). Jobs that never checkpoint are never suspended.",
+    )
     makespan_slack: float = Field(
         0.01,
         ge=0,
