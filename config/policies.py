@@ -88,6 +88,12 @@ class GreedySettings(BasePolicySettings):
 
     name: Literal["greedy"] = "greedy"
     pessimism: float = _pessimism(1.0)
+    wait_for_faster: bool = Field(
+        True,
+        description="A job waits for a faster GPU type that is busy now when, by the running jobs' "
+        "predicted ends, starting there once it frees ends it sooner than starting now on the best free "
+        "type (cpn.policies.greedy.FasterLater). Off: the fastest free type now, always.",
+    )
 
 
 class MilpSettings(BasePolicySettings):
