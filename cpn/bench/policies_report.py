@@ -30,6 +30,9 @@ COLUMNS = (
     ("predicted_start_p90_error", "p90", "{:.2f}"),
     ("predicted_start_median_error_naive", "naive", "{:.2f}"),
     ("copies_per_copied_job_mean", "copies/job", "{:.2f}"),
+    ("preemptions_per_job", "stops/job", "{:.2f}"),
+    ("max_preemptions_of_a_job", "max stops", "{:,}"),
+    ("lost_gpu_hours", "lost GPU-h", "{:,.1f}"),
     ("sim_wall_s", "wall s", "{:.1f}"),
 )
 

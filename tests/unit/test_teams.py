@@ -146,7 +146,14 @@ def test_team_figures_share_while_both_wait():
     assert out["teams"]["a"]["p99_wait_s"] == 10.0
     kept = Stopped("a/1", 5.0, 3, kept_gpu_s=9.0, lost_gpu_s=6.0)
     work = work_figures(runs, [kept])
-    assert work == {"gpu_hours": pytest.approx(79 / 3600), "preemptions": 1, "lost_gpu_hours": 6 / 3600}
+    assert work == {
+        "gpu_hours": pytest.approx(79 / 3600),
+        "preemptions": 1,
+        "lost_gpu_hours": 6 / 3600,
+        "lost_fraction": pytest.approx(6 / 85),
+        "preemptions_per_job": 1 / 3,  # of the 3 jobs that ran, one was stopped once
+        "max_preemptions_of_a_job": 1,
+    }
 
 
 def test_weight_only_shares_count_only_teams_with_work():
