@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from cpn.engine.scheduler import EstimateSource
 from cpn.inventory import Node
 from cpn.jobs import JobSpec
+from cpn.rules import job_admission_problem
 from cpn.sim.gateway import Execution
 
 
@@ -66,6 +67,8 @@ def idle_faster(
     found: IdleFaster | None = None
     for node in nodes:
         if node.gpu_count < job.num_gpus or node.gpu_type == own.gpu_type:
+            continue
+        if job_admission_problem(node, job) is not None:  # its pool, taints or pins keep it off
             continue
         there = oracle.estimate(job, node.gpu_type)
         if there is None or not there.runtime_s < mine.runtime_s:
