@@ -78,6 +78,8 @@ class BenchResult:
     lower_bound: LowerBound
     runs: list[PolicyRun] = field(default_factory=list)
     peer: list[PeerFigure] = field(default_factory=list)
+    teams: Teams | None = None
+    """The teams the policies shared the cards among (`--teams`), if any."""
 
 
 def load_jobs(path: Path | str) -> list[JobSpec]:
@@ -214,6 +216,7 @@ def bench_policies(
         total_gpus=sum(n.gpu_count for n in nodes),
         lower_bound=lower_bound(jobs, nodes, oracle),
         peer=peer_figures(trace_path),
+        teams=teams,
     )
     progress(f"{len(jobs):,} jobs on {result.total_gpus} GPUs in {len(clusters.clusters)} clusters")
     for policy in settings:

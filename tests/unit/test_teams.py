@@ -165,3 +165,19 @@ def test_weight_only_shares_count_only_teams_with_work():
     ledger = Ledger(s, cfg)
     assert ledger.use["a"].quota == {"v100": 4} and ledger.use["b"].quota == {"v100": 4}
     assert not any(ledger.use[DEFAULT_TEAM].quota.values())
+
+
+def test_the_shares_plot_draws_each_team_against_its_entitlement(tmp_path):
+    """`cpn bench policies --teams F --plots D` writes teams_POLICY.png from the executions."""
+    from cpn.bench.plots import share_series, team_shares
+
+    cfg = teams(Team("a"), Team("b"))
+    runs = [
+        Execution("a/1", "c", "n", (0, 1, 2), 0.0, 10.0, "succeeded"),
+        Execution("b/1", "c", "n", (3,), 5.0, 20.0, "succeeded"),
+    ]
+    times, shares = share_series(runs, cfg.team_of)
+    assert times == [0.0, 5.0, 10.0, 20.0]
+    assert shares["a"][:3] == [1.0, 0.75, 0.0] and shares["b"][:3] == [0.0, 0.25, 1.0]
+    path = team_shares(runs, cfg.team_of, {"a": 0.5, "b": 0.5}, tmp_path / "teams.png")
+    assert path.stat().st_size > 0
