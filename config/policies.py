@@ -119,8 +119,9 @@ class MilpSettings(BasePolicySettings):
     )
     reservation: bool = Field(
         True,
-        description="EASY-style: the oldest job that has waited longer than it would run and cannot start "
-        "now is planned first; others start now only where they delay nothing the plan starts later.",
+        description="EASY-style: the oldest job, once it starves (it has waited longer than it would run "
+        "and than the queue's backlog takes to drain) and cannot start now, is planned first; others start "
+        "now only where they delay nothing the plan starts later.",
     )
     window: int = Field(
         120,
