@@ -170,9 +170,9 @@ def _run_args(folder: Path, tmp_path: Path, *sets: str) -> argparse.Namespace:
 
 
 def _job(job_id: str) -> JobSpec:
-    return JobSpec(
-        job_id, "ResNet-18", batch_size=32, num_gpus=1, total_steps=100_000, checkpoint_interval_s=60
-    )
+    """A job that never checkpoints: preemption may stop it the moment it started (one that checkpoints
+    is spared until it has trained one interval, cpn.policies.preemption)."""
+    return JobSpec(job_id, "ResNet-18", batch_size=32, num_gpus=1, total_steps=100_000)
 
 
 @pytest.mark.parametrize("preemption", [True, False])
