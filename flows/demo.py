@@ -26,6 +26,7 @@ from cpn.bootstrap import build_simulation
 from cpn.engine.explore import RuntimeCheck, held_out_model, table_without
 from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
+from cpn.sim.estimates import OracleEstimates
 from cpn.sim.replay import arrivals_from_jobs, replay
 from flows.benchmarks import ingest_benchmarks
 from flows.metrics import collect_metrics
@@ -167,7 +168,7 @@ def demo(
 
     label = run_name(chosen.settings)
     title = f"cpn demo: {len(accepted)} jobs, policy {label}, {estimates} estimates, seed {run_seed}"
-    summary = write_report(sim, str(out_dir), title)
+    summary = write_report(sim, str(out_dir), title, OracleEstimates(table))
     print(format_summary(summary, title=title))
     if unseen:
         specs = {job.job_id: job for job in accepted}

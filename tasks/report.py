@@ -11,14 +11,16 @@ from prefect.cache_policies import NO_CACHE
 from config.runtime import hide_password, runtime_settings
 from cpn.bench.report import write_run_report
 from cpn.bootstrap import Service
+from cpn.engine.scheduler import EstimateSource
 
 if TYPE_CHECKING:
     from models.registry import RunResult
 
 
 @task(cache_policy=NO_CACHE)
-def write_report(sim: Service, out_dir: str, title: str) -> dict:
-    """summary.json and gantt.png of a finished run."""
+def write_report(sim: Service, out_dir: str, title: str, oracle: EstimateSource | None = None) -> dict:
+    """summary.json and gantt.png of a finished run; with `oracle` (the ground truth's runtimes) the
+    makespan's lower bound and the last job's check too (write_run_report)."""
     return write_run_report(
         sim.store,
         sim.simulator.executions,
@@ -26,6 +28,7 @@ def write_report(sim: Service, out_dir: str, title: str) -> dict:
         out_dir,
         title=title,
         transfer_s_total=sim.migrator.total_s,
+        oracle=oracle,
     )
 
 

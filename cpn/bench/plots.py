@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -133,3 +133,56 @@ def busy_fraction(executions: Sequence[Execution], total_gpus: int) -> tuple[lis
         times.append(t)
         fracs.append(level / total_gpus)
     return times, fracs
+
+
+def share_series(
+    executions: Sequence[Execution], team_of: Callable[[str], str]
+) -> tuple[list[float], dict[str, list[float]]]:
+    """Step series of each team's share of the cards in use: (times_s, {team: share at each time}); NaN
+    while no card is in use."""
+    deltas: dict[str, dict[float, float]] = {}
+    total: dict[float, float] = {}
+    for ex in executions:
+        held = len(ex.gpus) * ex.share
+        team = deltas.setdefault(team_of(ex.job_id), {})
+        for t, d in ((ex.start, held), (ex.end, -held)):
+            team[t] = team.get(t, 0.0) + d
+            total[t] = total.get(t, 0.0) + d
+    times = sorted(total)
+    busy, in_use = 0.0, []
+    for t in times:
+        busy += total[t]
+        in_use.append(busy)
+    shares = {}
+    for name, changes in deltas.items():
+        level, ys = 0.0, []
+        for t, b in zip(times, in_use, strict=True):
+            level += changes.get(t, 0.0)
+            ys.append(level / b if b > 1e-9 else float("nan"))
+        shares[name] = ys
+    return times, shares
+
+
+def team_shares(
+    executions: Sequence[Execution],
+    team_of: Callable[[str], str],
+    entitled: Mapping[str, float],
+    path: Path,
+    title: str = "Teams' shares of the cards in use",
+) -> Path:
+    """Each team's share of the cards in use over time (solid, `share_series`) against its entitlement
+    (dashed, same colour): how far, and for how long, a team was from its fair share."""
+    times, shares = share_series(executions, team_of)
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    cmap = plt.get_cmap("tab10")
+    for i, name in enumerate(sorted(set(shares) | set(entitled))):
+        colour = cmap(i % 10)
+        if name in shares:
+            ax.step(np.asarray(times) / 3600, shares[name], where="post", label=name, color=colour)
+        if name in entitled:
+            ax.axhline(entitled[name], color=colour, linestyle="--", linewidth=1)
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel("share of the cards in use")
+    ax.set_ylim(0, 1.05)
+    ax.grid(True, alpha=0.3)
+    return _save_with_legend(fig, ax, title, path)

@@ -8,7 +8,6 @@ those the live service would record.
 from __future__ import annotations
 
 import csv
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from config.policies import (
 )
 from config.settings import DATA_DIR, ClustersConfig, load_model
 from config.teams import load_teams
+from cpn.bench.bound import LowerBound, lower_bound
 from cpn.bench.recorder import RecordingPolicy, record_on, solver_summary, start_errors
 from cpn.bench.report import JobTimeline, busy_of, copies_per_job, summarize, timelines
 from cpn.bench.teams import team_figures, work_figures
@@ -34,7 +34,7 @@ from cpn.engine.scheduler import EstimateSource
 from cpn.formats.gavel_trace import load_gavel_trace
 from cpn.formats.throughput import ThroughputTable
 from cpn.formats.trace_csv import load_trace_csv
-from cpn.inventory import Node, nodes_from_config
+from cpn.inventory import nodes_from_config
 from cpn.jobs import JobSpec, JobState
 from cpn.policies import make_policy
 from cpn.policies.teams import teams_of
@@ -58,24 +58,6 @@ class PolicyRun:
 
 
 @dataclass(frozen=True)
-class LowerBound:
-    """Makespan no schedule can beat, and why."""
-
-    longest_job_s: float
-    """Latest (arrival + run time on the job's fastest GPU type), from the first arrival."""
-    work_over_capacity_s: float
-    """Sum over jobs of GPUs x run time on the fastest type, over the total GPU count."""
-    jobs_covered: int = 0
-    """Jobs the bound counts: those some GPU type of the clusters has a run time for."""
-    jobs_total: int = 0
-
-    @property
-    def makespan_s(self) -> float:
-        """The larger of the two bounds."""
-        return max(self.longest_job_s, self.work_over_capacity_s)
-
-
-@dataclass(frozen=True)
 class PeerFigure:
     """A published or measured figure of another scheduler on the same trace."""
 
@@ -96,6 +78,8 @@ class BenchResult:
     lower_bound: LowerBound
     runs: list[PolicyRun] = field(default_factory=list)
     peer: list[PeerFigure] = field(default_factory=list)
+    teams: Teams | None = None
+    """The teams the policies shared the cards among (`--teams`), if any."""
 
 
 def load_jobs(path: Path | str) -> list[JobSpec]:
@@ -111,33 +95,6 @@ def load_jobs(path: Path | str) -> list[JobSpec]:
     else:
         jobs = load_trace_csv(path)
     return sorted(jobs, key=lambda j: j.arrival_s)
-
-
-def lower_bound(jobs: Sequence[JobSpec], nodes: Sequence[Node], oracle: OracleEstimates) -> LowerBound:
-    """Bounds from perfect runtimes; jobs no GPU type can run are left out (`jobs_covered` says how
-    many are in)."""
-    gpu_types = sorted({n.gpu_type for n in nodes})
-    total_gpus = sum(n.gpu_count for n in nodes)
-    if not total_gpus:
-        raise ValueError("the cluster description has no GPUs")
-    start = min((j.arrival_s for j in jobs), default=0.0)
-    latest_end = start
-    gpu_work = 0.0
-    covered = 0
-    for job in jobs:
-        estimates = (oracle.estimate(job, g) for g in gpu_types)
-        runtimes = [e.runtime_s for e in estimates if e is not None and e.runtime_s < math.inf]
-        if not runtimes:
-            continue
-        covered += 1
-        latest_end = max(latest_end, job.arrival_s + min(runtimes))
-        gpu_work += job.num_gpus * min(runtimes)
-    return LowerBound(
-        longest_job_s=latest_end - start,
-        work_over_capacity_s=gpu_work / total_gpus,
-        jobs_covered=covered,
-        jobs_total=len(jobs),
-    )
 
 
 def run_policy(
@@ -259,6 +216,7 @@ def bench_policies(
         total_gpus=sum(n.gpu_count for n in nodes),
         lower_bound=lower_bound(jobs, nodes, oracle),
         peer=peer_figures(trace_path),
+        teams=teams,
     )
     progress(f"{len(jobs):,} jobs on {result.total_gpus} GPUs in {len(clusters.clusters)} clusters")
     for policy in settings:

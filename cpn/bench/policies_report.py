@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from config.settings import ClustersConfig, load_model
-from cpn.bench.plots import busy_fraction, gantt, jct_cdf, utilization_over_time
+from cpn.bench.plots import busy_fraction, gantt, jct_cdf, team_shares, utilization_over_time
 from cpn.bench.policies import BenchResult, mean_jct_in_window
 from cpn.inventory import nodes_from_config
 from cpn.jobs import JobState
@@ -30,6 +30,9 @@ COLUMNS = (
     ("predicted_start_p90_error", "p90", "{:.2f}"),
     ("predicted_start_median_error_naive", "naive", "{:.2f}"),
     ("copies_per_copied_job_mean", "copies/job", "{:.2f}"),
+    ("preemptions_per_job", "stops/job", "{:.2f}"),
+    ("max_preemptions_of_a_job", "max stops", "{:,}"),
+    ("lost_gpu_hours", "lost GPU-h", "{:,.1f}"),
     ("sim_wall_s", "wall s", "{:.1f}"),
 )
 
@@ -212,7 +215,8 @@ def _solver_lines(result: BenchResult) -> list[str]:
 
 
 def write_plots(result: BenchResult, clusters_path: Path | str, out_dir: Path | str) -> list[Path]:
-    """JCT CDF and GPU utilisation per policy, and a Gantt chart per cluster per policy."""
+    """JCT CDF and GPU utilisation per policy, a Gantt chart per cluster per policy, and with teams each
+    policy's teams' shares over time against their entitlements (`teams_POLICY.png`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     nodes = nodes_from_config(load_model(clusters_path, ClustersConfig))
@@ -224,6 +228,11 @@ def write_plots(result: BenchResult, clusters_path: Path | str, out_dir: Path | 
     series = {run.name: busy_fraction(run.executions, result.total_gpus) for run in result.runs}
     written.append(utilization_over_time(series, out / "gpu_utilization.png"))
     for run in result.runs:
+        if result.teams is not None and "teams" in run.summary:
+            entitled = {name: f["share_entitled"] for name, f in run.summary["teams"].items()}
+            path = out / f"teams_{run.name}.png"
+            title = f"{run.name}: teams' shares (dashed: entitled)"
+            written.append(team_shares(run.executions, result.teams.team_of, entitled, path, title))
         for cluster in sorted({n.cluster for n in nodes}):
             cluster_nodes = [n for n in nodes if n.cluster == cluster]
             runs = [e for e in run.executions if e.cluster == cluster]

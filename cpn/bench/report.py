@@ -13,7 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from cpn.bench.bound import lower_bound
+from cpn.bench.last_job import idle_faster
 from cpn.bench.plots import Execution, gantt
+from cpn.engine.scheduler import EstimateSource
 from cpn.inventory import Node
 from cpn.jobs import Cause, JobState
 from cpn.sim.replay import STUCK_REASON
@@ -173,7 +176,13 @@ def format_summary(summary: dict[str, float | int | None], title: str = "") -> s
     """A plain-text table of a summary, times in hours where they read better."""
     lines = [title] if title else []
     for key, value in summary.items():
-        if value is None:
+        if key == "last_job_idle_faster":
+            shown = (
+                "passed: no faster card it fits stood free long enough to end it sooner"
+                if value is None
+                else f"FAILED: {value}"
+            )
+        elif value is None:
             shown = "-"
         elif key.endswith("_s") or "_s_" in key:
             shown = f"{value:,.0f} s ({value / 3600:.2f} h)"
@@ -195,14 +204,23 @@ def write_run_report(
     out_dir: Path | str,
     title: str = "",
     transfer_s_total: float = 0.0,
+    oracle: EstimateSource | None = None,
 ) -> dict[str, float | int | None]:
     """Write `summary.json` (`summarize`'s figures and `copies_per_job`'s) and `gantt.png` to `out_dir`;
-    return the summary."""
+    return the summary. With `oracle` (the ground truth's runtimes) also the makespan's lower bound
+    (`makespan_lower_bound_s`, cpn.bench.bound.lower_bound) and the last job's check
+    (`last_job_idle_faster`: None when no faster card it fits stood free long enough to end it sooner,
+    cpn.bench.last_job)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     total_gpus = sum(n.gpu_count for n in nodes)
     lines = timelines(store)
     summary = summarize(lines, busy_of(executions), total_gpus, transfer_s_total)
+    if oracle is not None:
+        jobs = {r.job_id: r.spec for r in store.jobs()}
+        summary["makespan_lower_bound_s"] = lower_bound(list(jobs.values()), nodes, oracle).makespan_s
+        found = idle_faster(jobs, executions, nodes, oracle)
+        summary["last_job_idle_faster"] = None if found is None else found.as_dict()
     summary.update(copies_per_job(lines))
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     gantt(executions, nodes, out / "gantt.png", title=title)

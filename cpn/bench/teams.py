@@ -10,6 +10,8 @@
 
 - `gpu_hours`: work done: GPU-hours of runs that succeeded, plus those of stopped runs up to their last
   checkpoint (kept by their next run);
+- `preemptions_per_job` (over the jobs that ran), `max_preemptions_of_a_job`, `lost_fraction` (GPU-hours
+  lost over those done and lost);
 - `preemptions`, `lost_gpu_hours`: runs stopped, to reclaim cards (cpn.policies.preemption) or to move or make
   room (cpn.policies.rebalance), and the GPU-hours they lost: the work since their last checkpoint and the
   restart cost (cpn.sim.gateway.Stopped).
@@ -17,6 +19,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from cpn.bench.report import JobTimeline
@@ -104,8 +107,15 @@ def work_figures(executions: Sequence[Execution], stopped: Sequence[Stopped] = (
     """`{"gpu_hours", "preemptions", "lost_gpu_hours"}` of one replay (module doc); `stopped`: the runs the
     simulator stopped (SimulatedGateway.preempted)."""
     done = sum(len(e.gpus) * e.share * (e.end - e.start) for e in executions if e.outcome == "succeeded")
+    gpu_hours = (done + sum(s.kept_gpu_s for s in stopped)) / 3600
+    lost = sum(s.lost_gpu_s for s in stopped) / 3600
+    ran = {e.job_id for e in executions}
+    per_job = Counter(s.job_id for s in stopped)
     return {
-        "gpu_hours": (done + sum(s.kept_gpu_s for s in stopped)) / 3600,
+        "gpu_hours": gpu_hours,
         "preemptions": len(stopped),
-        "lost_gpu_hours": sum(s.lost_gpu_s for s in stopped) / 3600,
+        "lost_gpu_hours": lost,
+        "lost_fraction": lost / (gpu_hours + lost) if gpu_hours + lost > 0 else 0.0,
+        "preemptions_per_job": len(stopped) / len(ran) if ran else 0.0,
+        "max_preemptions_of_a_job": max(per_job.values(), default=0),
     }

@@ -25,6 +25,7 @@ from cpn.policies.greedy import GreedyPolicy
 from cpn.policies.preemption import PreemptingPolicy
 from cpn.policies.rebalance import RebalancingPolicy
 from cpn.policies.sjf import SjfPolicy
+from cpn.policies.slicing import SlicingPolicy
 
 POLICIES: tuple[str, ...] = POLICY_NAMES
 """The known policies, by the name used on the command line and in reports."""
@@ -39,6 +40,8 @@ def make_policy(settings: PolicySettings | str, **overrides: Any) -> Policy:
     elif overrides:
         settings = policy_settings(settings.name, **{**settings.model_dump(exclude={"name"}), **overrides})
     policy = _policy(settings)
+    if settings.time_slicing:
+        policy = SlicingPolicy(policy)
     if settings.preemption:
         policy = PreemptingPolicy(policy)
     return RebalancingPolicy(policy, settings) if settings.rebalance else policy

@@ -25,7 +25,7 @@ import heapq
 from collections.abc import Iterator
 
 from config.policies import GreedySettings
-from cpn.decisions import Decision, Placement, QueueLines, Rejection, Snapshot
+from cpn.decisions import Decision, Placement, QueueLines, Rejection, Snapshot, Waiting
 from cpn.jobs import JobSpec
 from cpn.policies.base import Traits, by_priority
 from cpn.policies.placement import (
@@ -36,8 +36,10 @@ from cpn.policies.placement import (
     queue_lines,
     usable_runtimes,
 )
+from cpn.policies.plan import Projection, releases
 from cpn.policies.teams import FairQueue
 from cpn.policies.waiting import WaitingExplainer
+from cpn.rules import is_sharing
 
 
 def finish_time(snapshot: Snapshot, job: JobSpec, option: Option, runtimes: dict[str, float]) -> float:
@@ -76,6 +78,7 @@ class GreedyPolicy:
             if job.job_id not in done and not job.is_service and not snapshot.estimates.get(job.job_id):
                 rejections.append(Rejection(job.job_id, NO_ESTIMATE))
                 done.add(job.job_id)
+        faster = FasterLater(snapshot, capacity, self.settings.wait_for_faster)
         lines = queue_lines(snapshot)
         queue = FairQueue(snapshot, by_priority(pending) if lines is None else ())
         for job in worth_trying(capacity, lines or queue, done, snapshot.shapes):
@@ -97,6 +100,8 @@ class GreedyPolicy:
                 best = service_option(snapshot, job, options)
             else:
                 best = min(options, key=lambda o: finish_time(snapshot, job, o, runtimes))
+                if faster.waits(job, runtimes, finish_time(snapshot, job, best, runtimes)):
+                    continue
             queue.took(job, best)
             placements.append(capacity.take(best, job))
             done.add(job.job_id)
@@ -104,8 +109,61 @@ class GreedyPolicy:
         if snapshot.explain:
             explainer = WaitingExplainer(capacity)
             left = (job for job in by_priority(pending) if job.job_id not in done)
-            waiting = tuple(queue.waiting(explainer, job, estimated=not job.is_service) for job in left)
+            waiting = tuple(
+                faster.waiting(job) or queue.waiting(explainer, job, estimated=not job.is_service)
+                for job in left
+            )
         return Decision(placements=tuple(placements), rejections=tuple(rejections), waiting=waiting)
+
+
+class FasterLater:
+    """Whether a job should wait for a faster GPU type that is busy now: when, by the running jobs'
+    predicted ends (`plan.releases`), enough cards of a type it may use free soon enough that starting there
+    then ends it sooner than starting now on the best free option. The wait is booked in a list schedule
+    (`plan.Projection`), so the jobs after it in the round do not count on the same cards; the job waits
+    with that start as its predicted one. Off (`wait_for_faster=false`): a job never waits for a busy type.
+    With estimates, this is where their quality reaches the decision: a wrong runtime on the fast type
+    makes a job wait for it, or not, wrongly."""
+
+    def __init__(self, snapshot: Snapshot, capacity: Capacity, enabled: bool) -> None:
+        self.snapshot = snapshot
+        self.enabled = enabled and bool(snapshot.running)
+        self._capacity = capacity
+        self._projection: Projection | None = None
+        self._groups: list | None = None
+        self.starts: dict[str, float] = {}
+        """job_id -> the start it waits for."""
+
+    def waits(self, job: JobSpec, runtimes: dict[str, float], now_finish: float) -> bool:
+        """Whether `job`, which could end at `now_finish` starting now, ends sooner waiting (booked if so)."""
+        if not self.enabled or job.spread or is_sharing(job):
+            return False
+        if self._projection is None:
+            groups = self._capacity.groups()
+            self._groups = groups
+            free = {g.key: g.free for g in groups}
+            self._projection = Projection(self.snapshot.now, free, releases(self.snapshot).groups)
+        transfer = self.snapshot.transfer_s.get(job.job_id, {})
+        options = [
+            (g.key, transfer.get(g.cluster, 0.0) + runtimes[g.gpu_type])
+            for g in self._groups or ()
+            if g.gpu_type in runtimes and g.admits_ever(job, self._capacity.memory(job, g.gpu_type))
+        ]
+        best = self._projection.best(options, job.num_gpus, self.snapshot.now)
+        if best is None or best[1] <= self.snapshot.now or best[1] + best[2] >= now_finish:
+            return False
+        key, start, duration = best
+        self._projection.book(key, job.num_gpus, start, duration)
+        self.starts[job.job_id] = start
+        return True
+
+    def waiting(self, job: JobSpec) -> Waiting | None:
+        """Why `job` waits when it waits for a faster type (`queue-order`, with its predicted start)."""
+        start = self.starts.get(job.job_id)
+        if start is None:
+            return None
+        detail = f"waiting for a faster GPU type that frees at {start:.0f}: it ends sooner there"
+        return Waiting(job.job_id, "queue-order", detail, start)
 
 
 def worth_trying(

@@ -282,10 +282,17 @@ class MilpPolicy:
         return placements, waiting, Releases(groups, nodes)
 
     def _reserved(self, snapshot: Snapshot, jobs: list[_Job]) -> _Job | None:
-        """The oldest job that has waited longer than it would run (EASY's head): it starts first when it
-        can, else its cards are held for it."""
+        """The oldest job once it is starving (EASY's head): it starts first when it can, else its cards
+        are held for it. Starving: it has waited longer than it would run and longer than the queue's
+        backlog needs to drain (every queued job's cards x its shortest runtime, over all the cards),
+        so jobs that arrived after it have had time enough to pass it; a queue that turns over faster than
+        the job waits is mean completion time's business, not starvation."""
         oldest = min(jobs, key=lambda j: j.spec.arrival_s, default=None)
-        if oldest is not None and snapshot.now - oldest.spec.arrival_s >= oldest.shortest:
+        if oldest is None:
+            return None
+        cards = sum(s.node.gpu_count for s in snapshot.nodes)
+        backlog = sum(j.size * j.shortest for j in jobs) / cards if cards else 0.0
+        if snapshot.now - oldest.spec.arrival_s >= max(oldest.shortest, backlog):
             return oldest
         return None
 

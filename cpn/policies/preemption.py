@@ -6,9 +6,12 @@ for a node the job could run on, of a card class its team has quota left on, who
 cards of running jobs of teams that borrow would hold the job's gang. Those running jobs are its victims,
 taken in this order:
 
-1. **borrowed cards only**: a victim's team holds cards beyond its quota (`TeamUse.borrowed` > 0,
-   counted again after each victim), so a team within its quota is never preempted; a job marked not
-   preemptible (`RunningJob.preemptible`) is never taken;
+1. **borrowed cards only**: a victim's cards are no more than its team holds beyond its quota
+   (`TeamUse.borrowed`, counted again after each victim), so a team is never taken below its quota (it
+   would reclaim the cards back: hysteresis), and the waiting job's team reclaims only while its quota has
+   room for the whole job; a job marked not preemptible (`RunningJob.preemptible`) is never taken, nor one
+   that checkpoints and has not trained one checkpoint interval since its run started (never stopped twice
+   within its interval);
 2. the **lowest priority** first;
 3. then the **least work lost**: the GPU-seconds since its last checkpoint (its checkpoint interval, or
    its team's default; a job that never checkpoints loses everything since it started, so it goes last
@@ -165,6 +168,13 @@ def reclaim(snapshot: Snapshot, decision: Decision) -> tuple[Preemption, ...]:
     return tuple(out)
 
 
+def _too_soon(victim: RunningJob, now: float) -> bool:
+    """Whether a job that checkpoints has not yet trained one checkpoint interval since its run started:
+    it is never stopped twice within its interval (and one just resumed keeps its restart's worth)."""
+    interval = victim.checkpoint_interval_s
+    return bool(interval) and victim.started is not None and victim.trained_s(now) < interval
+
+
 def _classes(job: RunningJob, nodes: dict[str, _Node]) -> Counter:
     """The cards `job` holds, per card class."""
     out: Counter = Counter()
@@ -191,8 +201,10 @@ def _cheapest(
         cls = card_class(info)
         if not holds_when_free(snapshot, job, info):
             continue
-        if not any(use.on(key) < cards and matches(key, cls) for key, cards in use.quota.items()):
-            continue
+        if not any(
+            use.on(key) + job.num_gpus <= cards and matches(key, cls) for key, cards in use.quota.items()
+        ):
+            continue  # hysteresis: reclaiming would take the team past its quota
         estimates = snapshot.estimates.get(job.job_id)
         if estimates is not None and info.gpu_type not in estimates:
             continue  # no estimate there: the policy would not place it there
@@ -219,11 +231,11 @@ def _victims(
         if free >= need:
             break
         owner = ledger.use[ledger.teams.team_of(job_id)]
-        if job_id in taken or owner is use or not victim.preemptible:
+        if job_id in taken or owner is use or not victim.preemptible or _too_soon(victim, snapshot.now):
             continue
         left = borrowed.setdefault(owner.team.name, owner.borrowed())
-        if left <= 0:
-            continue
+        if sum(n for _, n in victim.cards) > left:
+            continue  # hysteresis: its team would fall below its quota and reclaim the cards back
         borrowed[owner.team.name] = left - sum(n for _, n in victim.cards)
         chosen.append((job_id, victim, cards))
         free += cards

@@ -154,7 +154,7 @@ class RebalancingPolicy:
             assert moved.spec is not None
             taken.append((moved.spec, placement))
             placements.append(placement)
-        nodes = hold_cards(_release(snapshot.nodes, stops, snapshot.running), taken)
+        nodes = hold_cards(release_cards(snapshot.nodes, stops, snapshot.running), taken)
         for job_id in stops:
             del running[job_id]
         gpu_of = {s.node.key: s.node.gpu_type for s in snapshot.nodes}
@@ -323,7 +323,9 @@ def _holding(running: dict, key: str) -> list[tuple[str, RunningJob]]:
     return [(job_id, r) for job_id, r in running.items() if any(k == key for k, _ in r.cards)]
 
 
-def _release(nodes: tuple[NodeState, ...], stops: dict[str, Preemption], running) -> tuple[NodeState, ...]:
+def release_cards(
+    nodes: tuple[NodeState, ...], stops: dict[str, Preemption], running
+) -> tuple[NodeState, ...]:
     """`nodes` with the cards of the `stops` jobs free and the jobs gone from them."""
     if not stops:
         return nodes
@@ -375,7 +377,7 @@ def _gather(snapshot: Snapshot, decision: Decision) -> tuple[Decision, Snapshot]
         return decision, after
     moved = [(r.spec, p) for r, p in room.moved.values()]
     placed = [(by_id[p.job_id], p) for p in placements]
-    nodes = hold_cards(_release(snapshot.nodes, room.stops, snapshot.running), [*placed, *moved])
+    nodes = hold_cards(release_cards(snapshot.nodes, room.stops, snapshot.running), [*placed, *moved])
     running = {j: r for j, r in snapshot.running.items() if j not in room.stops}
     decision = replace(
         decision,

@@ -51,8 +51,8 @@ def running(n: Node, *job_ids: str, free: int = 0) -> NodeState:
 K, V = node("k", "k80"), node("v", "v100")
 
 
-def test_a_long_job_waits_for_the_fast_card_that_frees_soon_where_greedy_takes_the_slow_one():
-    milp, greedy = make_policy("milp"), make_policy("greedy")
+def test_a_long_job_waits_for_the_fast_card_that_frees_soon_as_greedy_does_unless_told_not_to():
+    milp, greedy = make_policy("milp"), make_policy("greedy", wait_for_faster=False)
     # Round 1: a 1 h job takes the V100 (both policies agree); the K80 stays free.
     first = snap(
         0.0, [job("short")], [NodeState(K, 1), NodeState(V, 1)], {"short": {"v100": H, "k80": 9 * H}}
@@ -63,6 +63,8 @@ def test_a_long_job_waits_for_the_fast_card_that_frees_soon_where_greedy_takes_t
     ends = {"short": (H, "a/v", 1)}  # the snapshot says when it ends: the policy keeps nothing
     second = snap(60.0, [job("long", arrival=60.0)], [NodeState(K, 1), running(V, "short")], runtimes, ends)
     assert [p.node for p in greedy.decide(second).placements] == ["k"]
+    waits = make_policy("greedy").decide(second)  # greedy by default weighs waiting for the faster type
+    assert waits.placements == () and [w.predicted_start for w in waits.waiting] == [pytest.approx(H)]
     decision = milp.decide(second)
     assert decision.placements == ()
     (waiting,) = decision.waiting

@@ -13,6 +13,8 @@ import yaml
 from cli import main
 from cli.run import build
 from config.policies import (
+    DEFAULT_POLICY,
+    DEFAULT_SETTINGS,
     MilpSettings,
     PolicySettingsError,
     SchedulerPolicy,
@@ -76,8 +78,18 @@ def test_the_file_and_the_benchmarks_set_give_the_same_settings(tmp_path):
     (bench,), cpu = policy_runs(["milp"], parse_overrides(pairs))
     from_file = load_policy(config_folder(tmp_path, BENCH_LIKE) / "policy.yaml")
     assert (bench, cpu) == (from_file.settings, from_file.cpu_threshold)
-    overridden = SchedulerPolicy().overridden("milp", parse_overrides(pairs))
+    overridden = SchedulerPolicy.of({"name": "fifo"}).overridden("milp", parse_overrides(pairs))
     assert overridden == from_file
+
+
+def test_a_folder_that_names_no_policy_gets_the_default_with_its_settings(tmp_path):
+    default = SchedulerPolicy.of({})
+    assert (
+        default.settings == policy_settings(DEFAULT_POLICY, **DEFAULT_SETTINGS) == SchedulerPolicy().settings
+    )
+    tuned = SchedulerPolicy.of({"time_limit_s": 2})  # a setting of the default policy, still with the rest
+    assert tuned.settings == policy_settings(DEFAULT_POLICY, **DEFAULT_SETTINGS, time_limit_s=2)
+    assert SchedulerPolicy.of({"name": DEFAULT_POLICY}).settings == policy_settings(DEFAULT_POLICY)
 
 
 @pytest.mark.parametrize(
@@ -158,9 +170,9 @@ def _run_args(folder: Path, tmp_path: Path, *sets: str) -> argparse.Namespace:
 
 
 def _job(job_id: str) -> JobSpec:
-    return JobSpec(
-        job_id, "ResNet-18", batch_size=32, num_gpus=1, total_steps=100_000, checkpoint_interval_s=60
-    )
+    """A job that never checkpoints: preemption may stop it the moment it started (one that checkpoints
+    is spared until it has trained one interval, cpn.policies.preemption)."""
+    return JobSpec(job_id, "ResNet-18", batch_size=32, num_gpus=1, total_steps=100_000)
 
 
 @pytest.mark.parametrize("preemption", [True, False])

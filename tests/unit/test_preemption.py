@@ -206,3 +206,36 @@ def test_the_forward_look_replays_the_policy_a_preempting_one_wraps():
         JobStore(":memory:", clock=clock), SimulatedGateway((V100,), GroundTruth(TABLE), clock), policy, clock
     )
     assert scheduler.forecaster.policy is policy.inner
+
+
+def test_a_job_within_its_checkpoint_interval_since_it_started_is_not_stopped_again():
+    """Resumed 300 s ago with a 600 s interval: stopping it again would lose all it did since; the job that
+    has trained past its checkpoint goes instead."""
+    running = bulk(resumed=run(700.0, checkpoints=600.0), older=run(0.0, checkpoints=600.0))
+    decision = decide(running, pending=("a/j1",))
+    assert [p.job_id for p in decision.preemptions] == ["bulk/older"]
+    assert decide(bulk(resumed=run(700.0, checkpoints=600.0)), pending=("a/j1",)).preemptions == ()
+
+
+def test_hysteresis_no_team_is_taken_below_its_quota_nor_reclaims_past_its_own():
+    """Teams a and b, 2 cards each of 4: b holds 3 (one borrowed) as a 2-card and a 1-card job, a holds 1.
+    a's waiting 1-card job takes b's 1-card job, never the 2-card one (b would fall below its quota and
+    take the cards back); a waiting 2-card job of a reclaims nothing (a would hold 3 of its 2)."""
+    cfg = teams(Team("a", quota=(("v100", 2),)), Team("b", quota=(("v100", 2),)))
+    running = MappingProxyType(
+        {
+            "a/r": RunningJob(1e9, ((N.key, 1),), 0.0, 0, 600.0),
+            "b/wide": RunningJob(1e9, ((N.key, 2),), 0.0, 0, 60.0),  # loses least: still spared
+            "b/one": RunningJob(1e9, ((N.key, 1),), 0.0, 0, 600.0),
+        }
+    )
+
+    def reclaimed(pending: JobSpec) -> list[str]:
+        s = snap([pending], [state(N, free=0)], running=running, teams=cfg)
+        return [
+            p.job_id
+            for p in make_policy("greedy", preemption="true").decide(replace(s, now=1000.0)).preemptions
+        ]
+
+    assert reclaimed(job("a/j1")) == ["b/one"]
+    assert reclaimed(job("a/j2", gpus=2)) == []

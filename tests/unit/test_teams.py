@@ -146,7 +146,14 @@ def test_team_figures_share_while_both_wait():
     assert out["teams"]["a"]["p99_wait_s"] == 10.0
     kept = Stopped("a/1", 5.0, 3, kept_gpu_s=9.0, lost_gpu_s=6.0)
     work = work_figures(runs, [kept])
-    assert work == {"gpu_hours": pytest.approx(79 / 3600), "preemptions": 1, "lost_gpu_hours": 6 / 3600}
+    assert work == {
+        "gpu_hours": pytest.approx(79 / 3600),
+        "preemptions": 1,
+        "lost_gpu_hours": 6 / 3600,
+        "lost_fraction": pytest.approx(6 / 85),
+        "preemptions_per_job": 1 / 3,  # of the 3 jobs that ran, one was stopped once
+        "max_preemptions_of_a_job": 1,
+    }
 
 
 def test_weight_only_shares_count_only_teams_with_work():
@@ -186,3 +193,19 @@ def over_quota_detail() -> str:
     )
     (wait,) = decision.waiting
     return wait.detail
+
+
+def test_the_shares_plot_draws_each_team_against_its_entitlement(tmp_path):
+    """`cpn bench policies --teams F --plots D` writes teams_POLICY.png from the executions."""
+    from cpn.bench.plots import share_series, team_shares
+
+    cfg = teams(Team("a"), Team("b"))
+    runs = [
+        Execution("a/1", "c", "n", (0, 1, 2), 0.0, 10.0, "succeeded"),
+        Execution("b/1", "c", "n", (3,), 5.0, 20.0, "succeeded"),
+    ]
+    times, shares = share_series(runs, cfg.team_of)
+    assert times == [0.0, 5.0, 10.0, 20.0]
+    assert shares["a"][:3] == [1.0, 0.75, 0.0] and shares["b"][:3] == [0.0, 0.25, 1.0]
+    path = team_shares(runs, cfg.team_of, {"a": 0.5, "b": 0.5}, tmp_path / "teams.png")
+    assert path.stat().st_size > 0

@@ -12,7 +12,6 @@ from fastapi.testclient import TestClient
 
 import cli.client
 from cli import main
-from config.settings import load_profile
 from cpn.api import create_app
 from cpn.auth import ApiSecurity
 from cpn.clock import SimClock
@@ -72,14 +71,15 @@ def job(name: str, priority: int = 0) -> JobSpec:
 
 
 def rounds(path, *arrivals: tuple[JobSpec, ...]) -> JobStore:
-    """A round of the default policy on one simulated card per batch of `arrivals`, all at time 0."""
+    """A round of greedy (a policy the forward look replays: the default milp keeps its own plan and gives
+    no predicted end) on one simulated card per batch of `arrivals`, all at time 0."""
     clock = SimClock()
     store = JobStore(path, clock=clock)
     card = Node("a", "a-0", "Tesla-V100-SXM2-16GB", 1, 16, 32, "training")
     scheduler = Scheduler(
         store,
         SimulatedGateway([card], GroundTruth(TABLE), clock),
-        make_policy(load_profile().policy.name),
+        make_policy("greedy"),
         clock,
         estimator=Spread(),
     )
