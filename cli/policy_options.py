@@ -1,9 +1,10 @@
 """`--policy` and `--set KEY=VALUE`: one way for every command to say how the scheduler decides.
 
 The config folder's `policy.yaml` (config.policies.SchedulerPolicy) gives the policy and its settings;
-`--policy` picks another policy (keeping the file's settings it also takes) and each `--set` overrides one
-setting, `cpu_threshold` included, exactly as `cpn bench --set` does. `cpn run`, `cpn up`, `cpn plan` and
-`cpn demo` all read them here, so a setting the benchmark reached can be run as the service.
+`--policy` picks another policy with its own defaults (the file's settings are for the file's policy) and
+each `--set` overrides one setting, `cpu_threshold` included, exactly as `cpn bench --set` does. `cpn run`,
+`cpn up`, `cpn plan` and `cpn demo` all read them here, so a setting the benchmark reached can be run as
+the service.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         choices=POLICY_NAMES,
-        help="scheduling policy (default: the config folder's policy.yaml); the file's settings this "
-        "policy also takes (preemption, rebalance, ...) are kept",
+        help="scheduling policy with its own defaults (default: the config folder's policy.yaml, with its "
+        "settings); add settings with --set",
     )
     parser.add_argument(
         "--set",

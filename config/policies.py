@@ -249,10 +249,10 @@ class SchedulerPolicy(BaseModel):
         return cls(settings=policy_settings(name, **rest), cpu_threshold=cpu_threshold_of(cpu))
 
     def overridden(self, name: str | None = None, overrides: dict[str, str] | None = None) -> SchedulerPolicy:
-        """These settings under another policy `name` (its own defaults, keeping the settings given here
-        that it also takes: `preemption`, `rebalance`, ...) and with `overrides` (`--set` pairs;
-        `cpu_threshold` is the scheduler's). PolicySettingsError naming a key the policy does not take or a
-        bad value."""
+        """These settings, or another policy `name` with its own defaults (none of these settings: `cpn demo
+        --policy fifo` is plain FIFO whatever the file turns on), with `overrides` applied (`--set` pairs;
+        `cpu_threshold` is the scheduler's and is kept). PolicySettingsError naming a key the policy does
+        not take or a bad value."""
         overrides = dict(overrides or {})
         cpu = (
             cpu_threshold_of(overrides.pop("cpu_threshold"), "--set cpu_threshold")
@@ -263,9 +263,7 @@ class SchedulerPolicy(BaseModel):
         if name is not None and name != settings.name:
             if name not in POLICY_NAMES:
                 raise PolicySettingsError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
-            given = settings.model_dump(exclude={"name"}, exclude_unset=True)
-            kept = {k: v for k, v in given.items() if k in setting_keys(name)}
-            settings = policy_settings(name, **kept)
+            settings = policy_settings(name)
         if overrides:
             unknown = sorted(set(overrides) - set(setting_keys(settings.name)))
             if unknown:

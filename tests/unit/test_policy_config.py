@@ -109,12 +109,15 @@ def test_a_bad_setting_names_the_file_and_the_field(tmp_path, policy, names):
     assert all(name in str(err.value) for name in names), str(err.value)
 
 
-def test_another_policy_keeps_only_the_settings_given_that_it_takes():
-    milp = SchedulerPolicy.of({"name": "milp", "preemption": True, "time_limit_s": 3})
+def test_another_policy_comes_with_its_own_defaults_and_the_same_cpu_threshold():
+    milp = SchedulerPolicy.of({"name": "milp", "preemption": True, "time_limit_s": 3, "cpu_threshold": 0.5})
     greedy = milp.overridden("greedy")
-    assert greedy.settings == policy_settings("greedy", preemption="true")  # time_limit_s is milp's own
-    assert greedy.settings.pessimism == 1.0  # greedy's default, not milp's 0
-    assert milp.overridden("milp") == milp
+    assert greedy.settings == policy_settings("greedy")  # `--policy greedy` is greedy, not milp's settings
+    assert greedy.cpu_threshold == 0.5  # the scheduler's, kept
+    assert milp.overridden("milp") == milp  # the file's own policy keeps the file's settings
+    assert milp.overridden("greedy", {"preemption": "true"}).settings == policy_settings(
+        "greedy", preemption="true"
+    )
     with pytest.raises(
         PolicySettingsError, match="policy greedy has no such setting; known: .*cpu_threshold"
     ):
