@@ -95,6 +95,8 @@ class _Cluster:
         self.states = list(snapshot.nodes)
         self.index = {s.node.key: i for i, s in enumerate(self.states)}
         self.by_name = {(s.node.cluster, s.node.name): i for i, s in enumerate(self.states)}
+        self.free_cards = sum(s.free_gpus for s in self.states)
+        self.shared_cards = sum(len(s.shared) for s in self.states)
         self.held: dict[str, list[tuple[int, int, float, int | None, float, float]]] = {}
         """job_id -> (node index, cards, CPU, shared card index, share, GB) it holds on each node."""
 
@@ -126,9 +128,7 @@ class _Cluster:
                 state = replace(state, free_gpus=free, shared=tuple(shared))
             else:
                 state = replace(state, free_gpus=state.free_gpus - cards)
-            self.states[i] = replace(
-                state, cpu_used=state.cpu_used + cpu, running=(*state.running, job.job_id)
-            )
+            self._set(i, replace(state, cpu_used=state.cpu_used + cpu, running=(*state.running, job.job_id)))
             held.append((i, cards, cpu, card, share, mem_gb))
         self.held[job.job_id] = held
 
@@ -148,7 +148,14 @@ class _Cluster:
 
     def has_room(self) -> bool:
         """Whether any node has a free card, or a shared card (which may have share left)."""
-        return any(state.free_gpus or state.shared for state in self.states)
+        return self.free_cards > 0 or self.shared_cards > 0
+
+    def _set(self, i: int, state: NodeState) -> None:
+        """Replace node `i`'s state, keeping the counts `has_room` reads."""
+        old = self.states[i]
+        self.free_cards += state.free_gpus - old.free_gpus
+        self.shared_cards += len(state.shared) - len(old.shared)
+        self.states[i] = state
 
     def free(self, job_id: str) -> None:
         """Give back what `job_id` holds."""
@@ -169,7 +176,7 @@ class _Cluster:
                     kept.append(c)
                 shared = tuple(kept)
             running = tuple(j for j in state.running if j != job_id)
-            self.states[i] = NodeState(state.node, free, max(0.0, state.cpu_used - cpu), running, shared)
+            self._set(i, NodeState(state.node, free, max(0.0, state.cpu_used - cpu), running, shared))
 
 
 def look(policy: Policy, snapshot: Snapshot, decision: Decision, prior: Outlook | None = None) -> Outlook:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cpn.admission import Room
-from cpn.decisions import Estimate, Placement, QueueLines, Rejection, Snapshot
+from cpn.decisions import Estimate, Placement, QueueLines, Rejection, Snapshot, shape_of
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobKind, JobSpec
 from cpn.rules import (
@@ -291,6 +291,8 @@ class Capacity:
         """Recount what each job kind could use now (after construction and every take)."""
         self._has_cards: dict[tuple[JobKind, int, bool], bool] = {}
         """(kind, cards, spread) -> whether some group has that many cards free for such a job (has_cards)."""
+        self._worth: dict[tuple, bool] = {}
+        """shape (`shape_of`) -> `worth_trying`, which depends on the shape alone."""
         self._roomy: dict[tuple[JobKind, int, float], list[float | None]] = {}
         """(kind, cards, CPU) -> per group of the kind, `_most_memory` (may_start)."""
         self._shared_room = {
@@ -306,6 +308,13 @@ class Capacity:
         group might take it when empty. A job no group could ever take stays worth trying, so that
         `fit` can say why.
         """
+        shape = shape_of(job)
+        worth = self._worth.get(shape)
+        if worth is None:
+            worth = self._worth[shape] = self._worth_trying(job)
+        return worth
+
+    def _worth_trying(self, job: JobSpec) -> bool:
         key = (job.kind, job.num_gpus, job.spread)
         has_cards = self._has_cards.get(key)
         if has_cards is None:
