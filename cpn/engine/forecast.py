@@ -473,16 +473,19 @@ class Forecaster:
         """Of `looks`, those that followed the last look up to where the jobs that arrived since count."""
         self.spent_s = 0.0
         """Wall time spent in `apply`, all rounds together (what the forward look costs)."""
+        self.spent_cpu_s = 0.0
+        """CPU time of this process spent in `apply`: what the look costs on a machine shared with others."""
 
     def apply(self, snapshot: Snapshot, decision: Decision) -> Decision:
         """`decision` with a predicted start, end, interval and, where it moved, why, in the waiting record
         of every queued job it leaves waiting (a record of code `queue-order` where the policy gave none,
         as in rounds that do not explain)."""
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             return self._apply(snapshot, decision)
         finally:
             self.spent_s += time.perf_counter() - started
+            self.spent_cpu_s += time.process_time() - cpu
 
     def _apply(self, snapshot: Snapshot, decision: Decision) -> Decision:
         if not snapshot.pending:
