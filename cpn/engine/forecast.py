@@ -246,10 +246,9 @@ def look(policy: Policy, snapshot: Snapshot, decision: Decision, prior: Outlook 
         rejections: list = []
         after, size = None, FIRST_PART
         while pending:
-            capacity = Capacity(asked((), ()))
-            skipping = capacity if traits.skips_blocked else None
+            capacity = Capacity(asked((), ())) if traits.skips_blocked else None
             if traits.queue_order:
-                jobs = pending.part(after, size, skipping)
+                jobs = pending.part(after, size, capacity)
             else:
                 jobs = pending.may_start(capacity)
             if not jobs:
