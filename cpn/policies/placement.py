@@ -390,8 +390,8 @@ class Capacity:
         rejected in a round where the groups it might use have cards free.
         """
         sharing = is_sharing(job)
-        waits = None if sharing or rank is not None else self._waits_key(job, gpu_types)
-        if waits in self._waits:
+        alike = not sharing and rank is None  # a job whose answer may be one alike it had (`_waits_key`)
+        if alike and self._waits and self._waits_key(job, gpu_types) in self._waits:
             return Fit(())
         n = job.num_gpus
         options: list[Option] = []
@@ -419,8 +419,8 @@ class Capacity:
                 short = short or group.might_take(job)
         if options:
             return Fit(tuple(options))
-        if short and waits is not None:
-            self._waits.add(waits)
+        if short and alike:
+            self._waits.add(self._waits_key(job, gpu_types))
         return Fit((), None if short else self.why_never(job, gpu_types))
 
     def _waits_key(self, job: JobSpec, gpu_types: Collection[str] | None) -> tuple:
