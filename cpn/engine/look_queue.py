@@ -6,8 +6,10 @@ decisions costs what the queue is long, and a look costs the queue times the end
 declares of itself (`cpn.policies.base.Traits`) says which jobs its decision can depend on:
 
 - a policy that `skips_blocked` passes over a job it cannot start now and changes nothing for the rest:
-  it is asked only about the jobs of the shapes (`shape_of`) that are worth trying on what is free
-  (`Capacity.worth_trying`; what a shape could start on only shrinks within a decision);
+  it is asked only about the jobs that may start on what is free (`Capacity.may_start`: jobs alike, of
+  one shape and whose memory per card fits the same cards, may start alike; what is free only shrinks
+  within a decision). "Cannot start" is as `Capacity` counts it, GPU memory included: a policy that
+  skips and ignores memory would have to say so;
 - a policy that keeps `queue_order` decides each job on what the jobs ahead of it left: it is asked about
   the queue a part at a time, in its order, each part on what the parts before it left, and only while a
   later part could start (for a policy that does not skip, while every job asked so far started).
