@@ -183,7 +183,8 @@ def run_solver(args: argparse.Namespace) -> int:
     print(
         f"{args.policy}: {out['jobs']:,} queued jobs on {out['gpus']:,} GPUs, {out['rounds']} rounds: median "
         f"{out['median_s']:.3f} s, max {out['max_s']:.3f} s, {out['fallbacks']} on greedy's plan; "
-        f"forward look median {out['forecast_median_s']:.3f} s, max {out['forecast_max_s']:.3f} s"
+        f"forward look median {out['forecast_median_s']:.3f} s (CPU {out['forecast_cpu_median_s']:.3f} s), "
+        f"max {out['forecast_max_s']:.3f} s"
     )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -38,7 +38,7 @@ Limit = Literal["cards", "share", "cpu"]
 (a sharing job), or CPU over the cap."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Room:
     """What one node has free now, as the admission rule counts it. Mutable: a policy books the
     placements it decides into its rooms, one after another, within one decision."""
@@ -56,7 +56,7 @@ class Room:
     @classmethod
     def of(cls, state: NodeState, cpu_threshold: float = 1.0) -> Room:
         """The room a node state leaves, under `cpu_threshold` (1: all the node's cores)."""
-        shared = [(c.free_share, c.free_memory_gb) for c in state.shared]
+        shared = [(c.free_share, c.free_memory_gb) for c in state.shared] if state.shared else []
         return cls(state.node, state.free_gpus, state.cpu_used, cpu_threshold * state.node.cpu_cores, shared)
 
     def cpu_fits(self, cores: float) -> bool:

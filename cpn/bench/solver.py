@@ -52,6 +52,8 @@ class SolverBench:
     forecast_max_s: float = 0.0
     """The slowest round's look: the first, afresh (what a round costs after a job ends off its
     prediction)."""
+    forecast_cpu_median_s: float = 0.0
+    """Median CPU time of a round's look (this process's): the figure to compare on a loaded machine."""
 
     def to_json(self) -> dict:
         """`{"jobs": N, "gpus": M, "rounds": R, "median_s": X, "max_s": Y, "fallbacks": F, ...}`."""
@@ -95,11 +97,12 @@ def bench_solver(
     forecaster = record_on(sim.scheduler, recorder)
     sim.store.submit(queue[:jobs])
     given = jobs
-    looks = []
+    looks, cpu = [], []
     for _ in range(rounds):
-        spent = forecaster.spent_s
+        spent, spent_cpu = forecaster.spent_s, forecaster.spent_cpu_s
         result = sim.scheduler.round()
         looks.append(forecaster.spent_s - spent)
+        cpu.append(forecaster.spent_cpu_s - spent_cpu)
         started = jobs - result.pending_after
         if started > 0:
             sim.store.submit(queue[given : given + started])
@@ -122,4 +125,5 @@ def bench_solver(
         solve_median_s=statistics.median(solves) if solves else None,
         forecast_median_s=statistics.median(looks),
         forecast_max_s=max(looks),
+        forecast_cpu_median_s=statistics.median(cpu),
     )

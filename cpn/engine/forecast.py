@@ -6,7 +6,9 @@ round's placements start now (once their transfer is done), running jobs end at 
 service (`JobSpec.is_service`) never ends, and nothing new arrives. At every simulated end the policy
 decides again on what is then free; the time it places a job (plus the job's transfer to the cluster)
 is the job's predicted start. Policies are pure functions of the snapshot, so the plan is the one the
-production policy would carry out if the estimates held.
+production policy would carry out if the estimates held. At each end the policy is asked only about the
+jobs its declared traits say its decision depends on (cpn.engine.look_queue): the same decision as on the
+whole queue, at a cost that follows what can start rather than the queue's length.
 
 Each prediction carries an interval from the estimates' spread (`Estimate.uncertainty`, symmetric in
 log space): a job's runtime lies in [r / (1 + u), r x (1 + u)], a start lies between the earliest and
@@ -34,10 +36,11 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from cpn.decisions import Decision, Estimate, Placement, RunningJob, Snapshot, Waiting, shape_of
+from cpn.engine.look_queue import FIRST_PART, LookQueue, asked_whole
 from cpn.inventory import NodeState, SharedCard
 from cpn.jobs import JobSpec
 from cpn.policies.base import Policy
-from cpn.policies.placement import job_memory_gb
+from cpn.policies.placement import Capacity, job_memory_gb
 from cpn.rules import SHARE_EPS, gang_cpu, is_sharing, pick_shared_card
 
 LIVE_SHARE = 0.2
@@ -92,6 +95,8 @@ class _Cluster:
         self.states = list(snapshot.nodes)
         self.index = {s.node.key: i for i, s in enumerate(self.states)}
         self.by_name = {(s.node.cluster, s.node.name): i for i, s in enumerate(self.states)}
+        self.free_cards = sum(s.free_gpus for s in self.states)
+        self.shared_cards = sum(len(s.shared) for s in self.states)
         self.held: dict[str, list[tuple[int, int, float, int | None, float, float]]] = {}
         """job_id -> (node index, cards, CPU, shared card index, share, GB) it holds on each node."""
 
@@ -123,9 +128,7 @@ class _Cluster:
                 state = replace(state, free_gpus=free, shared=tuple(shared))
             else:
                 state = replace(state, free_gpus=state.free_gpus - cards)
-            self.states[i] = replace(
-                state, cpu_used=state.cpu_used + cpu, running=(*state.running, job.job_id)
-            )
+            self._set(i, replace(state, cpu_used=state.cpu_used + cpu, running=(*state.running, job.job_id)))
             held.append((i, cards, cpu, card, share, mem_gb))
         self.held[job.job_id] = held
 
@@ -142,6 +145,17 @@ class _Cluster:
             cpu = state.cpu_used * cards / busy if busy > 0 else 0.0
             held.append((i, cards, cpu, None, 1.0, 0.0))
         self.held[job_id] = held
+
+    def has_room(self) -> bool:
+        """Whether any node has a free card, or a shared card (which may have share left)."""
+        return self.free_cards > 0 or self.shared_cards > 0
+
+    def _set(self, i: int, state: NodeState) -> None:
+        """Replace node `i`'s state, keeping the counts `has_room` reads."""
+        old = self.states[i]
+        self.free_cards += state.free_gpus - old.free_gpus
+        self.shared_cards += len(state.shared) - len(old.shared)
+        self.states[i] = state
 
     def free(self, job_id: str) -> None:
         """Give back what `job_id` holds."""
@@ -162,7 +176,7 @@ class _Cluster:
                     kept.append(c)
                 shared = tuple(kept)
             running = tuple(j for j in state.running if j != job_id)
-            self.states[i] = NodeState(state.node, free, max(0.0, state.cpu_used - cpu), running, shared)
+            self._set(i, NodeState(state.node, free, max(0.0, state.cpu_used - cpu), running, shared))
 
 
 def look(policy: Policy, snapshot: Snapshot, decision: Decision, prior: Outlook | None = None) -> Outlook:
@@ -193,8 +207,7 @@ def look(policy: Policy, snapshot: Snapshot, decision: Decision, prior: Outlook 
         if end < math.inf:
             heapq.heappush(events, (end, job_id))
     by_id = {j.job_id: j for j in snapshot.pending}
-    pending = dict.fromkeys(by_id)
-    shapes = _Shapes(snapshot)
+    pending = LookQueue(snapshot)
     follow = _Follow.of(policy, snapshot, decision, prior)
     t, low, high = now, now, now
 
@@ -203,8 +216,7 @@ def look(policy: Policy, snapshot: Snapshot, decision: Decision, prior: Outlook 
             job = by_id.get(placement.job_id)
             if job is None or placement.job_id not in pending:
                 continue
-            del pending[placement.job_id]
-            shapes.drop(job)
+            pending.drop(placement.job_id)
             forecast, u_end = _start(current, job, placement, cluster, (low, high))
             out.placed_at[job.job_id] = t
             out.forecasts[job.job_id] = forecast
@@ -215,8 +227,46 @@ def look(policy: Policy, snapshot: Snapshot, decision: Decision, prior: Outlook 
                 heapq.heappush(events, (forecast.end, job.job_id))
         for rejection in decision.rejections:
             if rejection.job_id in pending:
-                del pending[rejection.job_id]
-                shapes.drop(by_id[rejection.job_id])
+                pending.drop(rejection.job_id)
+
+    def asked(jobs: tuple[JobSpec, ...], shapes: tuple[JobSpec, ...]) -> Snapshot:
+        """The look's snapshot at `t` with `jobs` queued."""
+        return _state(snapshot, t, jobs, cluster, running, shapes if snapshot.shapes is not None else None)
+
+    def decide() -> Decision:
+        """The policy's decision at the end at `t` on the whole queue, carried out: asked about the jobs
+        it can depend on, a part at a time where it keeps the queue's order (cpn.engine.look_queue)."""
+        traits = policy.traits
+        if asked_whole(traits, snapshot.teams is not None):
+            current = asked(pending.whole(), pending.shapes())
+            decision = policy.decide(current)
+            carry_out(decision, current)
+            return decision
+        placements: list[Placement] = []
+        rejections: list = []
+        after, size = None, FIRST_PART
+        while pending:
+            capacity = Capacity(asked((), ())) if traits.skips_blocked else None
+            if traits.queue_order:
+                jobs = pending.part(after, size, capacity)
+            else:
+                jobs = pending.may_start(capacity)
+            if not jobs:
+                break
+            after = pending.rank[jobs[-1].job_id]
+            current = asked(jobs, _shapes(jobs))
+            part = policy.decide(current)
+            carry_out(part, current)
+            placements += part.placements
+            rejections += part.rejections
+            if not traits.queue_order or len(jobs) < size:
+                break
+            if not traits.skips_blocked and len(part.placements) + len(part.rejections) < len(jobs):
+                break  # a job waits, and so does every job behind it
+            if not cluster.has_room():
+                break
+            size *= 2
+        return Decision(placements=tuple(placements), rejections=tuple(rejections))
 
     carry_out(decision, snapshot)
     while pending and events:
@@ -227,19 +277,23 @@ def look(policy: Policy, snapshot: Snapshot, decision: Decision, prior: Outlook 
             cluster.free(job_id)
             running.pop(job_id, None)
             low, high = min(low, spread[job_id][0]), max(high, spread[job_id][1])
-        current = _state(snapshot, t, tuple(by_id[j] for j in pending), cluster, running, shapes)
-        decision = follow.decision_at(t, policy, current, pending) if follow is not None else None
+        decision = None
+        if follow is not None:
+            current = asked((), ())
+            decision = follow.decision_at(t, policy, current, pending)
+            if decision is None:
+                follow = None
+            else:
+                carry_out(decision, current)
         if decision is None:
-            follow = None
-            decision = policy.decide(current)
-        carry_out(decision, current)
+            decision = decide()
         if follow is not None and follow.behind:
             # every arrival comes after every other job: it takes what the followed decision left
             after = _state(snapshot, t, (), cluster, running, None)
             extra = follow.arrivals_now(policy, after, pending)
             if extra is not None:
                 follow = None
-                carry_out(extra, current)
+                carry_out(extra, after)
                 decision = replace(
                     decision,
                     placements=(*decision.placements, *extra.placements),
@@ -255,7 +309,7 @@ def _state(
     pending: tuple[JobSpec, ...],
     cluster: _Cluster,
     running: dict[str, RunningJob],
-    shapes: _Shapes | None,
+    shapes: tuple[JobSpec, ...] | None,
 ) -> Snapshot:
     """The look's snapshot at simulated time `t` with `pending` queued."""
     return replace(
@@ -266,28 +320,13 @@ def _state(
         running=MappingProxyType(running),
         explain=False,
         fresh=(),
-        shapes=shapes.shapes() if shapes is not None else None,
+        shapes=shapes,
     )
 
 
-class _Shapes:
-    """The shapes (`shape_of`) still queued in a look, kept as jobs leave, so that a policy stops scanning
-    the queue once none of them could start (`Snapshot.shapes`); None where the snapshot gave none."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.given = snapshot.shapes is not None
-        self.count: dict[tuple, list] = {}
-        for job in snapshot.pending:
-            self.count.setdefault(shape_of(job), [0, job])[0] += 1
-
-    def drop(self, job: JobSpec) -> None:
-        entry = self.count[shape_of(job)]
-        entry[0] -= 1
-        if not entry[0]:
-            del self.count[shape_of(job)]
-
-    def shapes(self) -> tuple[JobSpec, ...] | None:
-        return tuple(job for _, job in self.count.values()) if self.given else None
+def _shapes(jobs: tuple[JobSpec, ...]) -> tuple[JobSpec, ...]:
+    """One of `jobs` of each shape (`Snapshot.shapes`)."""
+    return tuple({shape_of(job): job for job in reversed(jobs)}.values())
 
 
 @dataclass
@@ -338,12 +377,10 @@ class _Follow:
         steps = [s for s in prior.steps if s[0] > snapshot.now + EPS_S]
         return cls(steps, arrivals, behind, not skips)
 
-    def left(self, pending: dict[str, None]) -> tuple[JobSpec, ...]:
+    def left(self, pending: LookQueue) -> tuple[JobSpec, ...]:
         return tuple(j for j in self.arrivals if j.job_id in pending)
 
-    def decision_at(
-        self, t: float, policy: Policy, current: Snapshot, pending: dict[str, None]
-    ) -> Decision | None:
+    def decision_at(self, t: float, policy: Policy, current: Snapshot, pending: LookQueue) -> Decision | None:
         """The followed decision at the end at `t`; None when the look must ask the policy from here."""
         if self.at >= len(self.steps) or abs(self.steps[self.at][0] - t) > EPS_S:
             return None
@@ -353,7 +390,7 @@ class _Follow:
             return None
         return decision
 
-    def arrivals_now(self, policy: Policy, after: Snapshot, pending: dict[str, None]) -> Decision | None:
+    def arrivals_now(self, policy: Policy, after: Snapshot, pending: LookQueue) -> Decision | None:
         """What the policy makes of the arrivals on what the followed decision left (`after`), when that
         is anything: the rest of that end's decision."""
         arrivals = self.left(pending)
@@ -435,16 +472,19 @@ class Forecaster:
         """Of `looks`, those that followed the last look up to where the jobs that arrived since count."""
         self.spent_s = 0.0
         """Wall time spent in `apply`, all rounds together (what the forward look costs)."""
+        self.spent_cpu_s = 0.0
+        """CPU time of this process spent in `apply`: what the look costs on a machine shared with others."""
 
     def apply(self, snapshot: Snapshot, decision: Decision) -> Decision:
         """`decision` with a predicted start, end, interval and, where it moved, why, in the waiting record
         of every queued job it leaves waiting (a record of code `queue-order` where the policy gave none,
         as in rounds that do not explain)."""
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             return self._apply(snapshot, decision)
         finally:
             self.spent_s += time.perf_counter() - started
+            self.spent_cpu_s += time.process_time() - cpu
 
     def _apply(self, snapshot: Snapshot, decision: Decision) -> Decision:
         if not snapshot.pending:

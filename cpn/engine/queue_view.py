@@ -8,6 +8,7 @@ added by the HTTP intake or another process show up the same way).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import replace
 
 from cpn.decisions import QueueLines, shape_of
@@ -46,8 +47,10 @@ class QueueView:
         self._order: dict[str, int] = {}
         self._last_order = -1
         self._location: dict[str, str | None] = {}
-        self._shapes: dict[tuple, dict[str, tuple[tuple[int, int], JobSpec]]] = {}
-        """shape -> job_id -> (rank, spec) of the queued jobs of that shape (QueueLines)"""
+        self._shapes: dict[tuple, tuple[list[tuple[int, int]], list[tuple[tuple[int, int], JobSpec]]]] = {}
+        """shape -> (ranks, (rank, spec) entries) of its queued jobs, in rank order (QueueLines): a job
+        enters or leaves its line by bisection, so a round costs what changed, not a sort of each line that
+        did"""
         self._lines: dict[tuple, tuple[tuple[tuple[int, int], JobSpec], ...]] = {}
         """shape -> its line in rank order, for the shapes unchanged since it was sorted"""
         self._pending: tuple[JobSpec, ...] | None = ()
@@ -118,14 +121,20 @@ class QueueView:
     def _file(self, spec: JobSpec) -> None:
         """Add a queued job to its shape's line."""
         key = shape_of(spec)
-        self._shapes.setdefault(key, {})[spec.job_id] = ((-spec.priority, self._order[spec.job_id]), spec)
+        ranks, entries = self._shapes.setdefault(key, ([], []))
+        rank = (-spec.priority, self._order[spec.job_id])
+        at = bisect_left(ranks, rank)
+        ranks.insert(at, rank)
+        entries.insert(at, (rank, spec))
         self._lines.pop(key, None)
 
     def _unfile(self, spec: JobSpec) -> None:
         """Take a job out of its shape's line."""
         key = shape_of(spec)
-        del self._shapes[key][spec.job_id]
-        if not self._shapes[key]:
+        ranks, entries = self._shapes[key]
+        at = bisect_left(ranks, (-spec.priority, self._order[spec.job_id]))
+        del ranks[at], entries[at]
+        if not ranks:
             del self._shapes[key]
         self._lines.pop(key, None)
 
@@ -137,15 +146,15 @@ class QueueView:
 
     def shapes(self) -> tuple[JobSpec, ...]:
         """One queued job of each shape (see cpn.policies.base.shape_of)."""
-        return tuple(next(iter(line.values()))[1] for line in self._shapes.values())
+        return tuple(entries[0][1] for _, entries in self._shapes.values())
 
     def lines(self) -> QueueLines:
         """The queued jobs grouped by shape, each group in queue order (cpn.decisions.QueueLines); a
         round re-sorts only the groups that changed since the last."""
         if self._grouped is None:
-            for key, line in self._shapes.items():
+            for key, (_, entries) in self._shapes.items():
                 if key not in self._lines:
-                    self._lines[key] = tuple(sorted(line.values(), key=lambda entry: entry[0]))
+                    self._lines[key] = tuple(entries)
             self._grouped = QueueLines(self.pending(), dict(self._lines))
         return self._grouped
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cpn.admission import Room
-from cpn.decisions import Estimate, Placement, QueueLines, Rejection, Snapshot
+from cpn.decisions import Estimate, Placement, QueueLines, Rejection, Snapshot, shape_of
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobKind, JobSpec
 from cpn.rules import (
@@ -96,9 +96,10 @@ class Group:
 
     def recount(self) -> None:
         """Recompute `free`, `max_free` and `shared_room` from the slots."""
-        self.free = sum(s.free for s in self.slots)
-        self.max_free = max((s.free for s in self.slots), default=0)
-        self.shared_room = any(share > SHARE_EPS for s in self.slots for share, _ in s.shared)
+        free = [s.free for s in self.slots]
+        self.free = sum(free)
+        self.max_free = max(free, default=0)
+        self.shared_room = any(share > SHARE_EPS for s in self.slots if s.shared for share, _ in s.shared)
 
     def has_cards(self, kind: JobKind, n: int, spread: bool = False) -> bool:
         """Whether enough cards are free now for a job of `kind` and `n` cards, counting cards only:
@@ -185,37 +186,71 @@ class Fit:
     """Why no placement could ever satisfy the job; None when some could (or it was not worth asking)."""
 
 
-_Layout = tuple[tuple[tuple[str, str, str], tuple[int, ...], dict[JobKind, tuple[int, ...]]], ...]
-_LAYOUTS: dict[tuple[int, ...], tuple[tuple[Node, ...], _Layout]] = {}
-"""Node identities -> (the nodes, held so that their identities are not reused; their layout)."""
+@dataclass(frozen=True)
+class _GroupLayout:
+    """Where one group's nodes are in the inventory, and what never changes about it."""
+
+    key: tuple[str, str, str]
+    members: tuple[int, ...]
+    """Positions of its nodes in the inventory."""
+    admits: dict[JobKind, tuple[int, ...] | None]
+    """Per job kind, the positions within the group of the nodes it may use (pool and taints); None: all."""
+    sizes: dict[JobKind, tuple[int, int, float]]
+    """`Group.sizes`, under the CPU threshold the layout was made for."""
+
+    def used_by(self, kind: JobKind) -> bool:
+        """Whether jobs of `kind` may use any of its nodes."""
+        positions = self.admits[kind]
+        return bool(self.members if positions is None else positions)
 
 
-def _layout(nodes: tuple[Node, ...]) -> _Layout:
-    """How `nodes` fall into groups, which depends on the nodes alone, worked out once per inventory:
-    per group, its key, the positions of its nodes in `nodes`, and per job kind the positions within the
-    group of the nodes that kind may use (pool and taints). A forward look builds a Capacity at every
-    simulated end on the same nodes."""
-    key = tuple(map(id, nodes))
+@dataclass(frozen=True)
+class _Layout:
+    nodes: tuple[Node, ...]
+    """Held so that the identities the layout is known by are not reused."""
+    groups: tuple[_GroupLayout, ...]
+    by_kind: dict[JobKind, tuple[int, ...]]
+    """Per job kind, the positions in `groups` of those it may use, own pool first, then inventory order."""
+    gpu_types: tuple[str, ...]
+    """The GPU types of the nodes, each once."""
+
+
+_LAYOUTS: dict[tuple[tuple[int, ...], float], _Layout] = {}
+"""(node identities, CPU threshold) -> their layout."""
+
+
+def _layout(nodes: tuple[Node, ...], cpu_threshold: float) -> _Layout:
+    """How `nodes` fall into groups, which depends on the nodes (and the CPU threshold) alone, worked out
+    once per inventory: a forward look builds a Capacity at every simulated end on the same nodes."""
+    key = (tuple(map(id, nodes)), cpu_threshold)
     known = _LAYOUTS.get(key)
     if known is not None:
-        return known[1]
+        return known
     members: dict[tuple[str, str, str], list[int]] = {}
     for i, node in enumerate(nodes):
         members.setdefault((node.cluster, node.gpu_type, node.usage), []).append(i)
-    layout = tuple(
-        (
-            group,
-            tuple(at),
-            {
-                kind: tuple(j for j, i in enumerate(at) if kind_admits(nodes[i], kind))
-                for kind in POOLS_FOR_KIND
-            },
-        )
-        for group, at in members.items()
-    )
+    groups = []
+    for group, at in members.items():
+        admits, sizes = {}, {}
+        for kind in POOLS_FOR_KIND:
+            positions = tuple(j for j, i in enumerate(at) if kind_admits(nodes[i], kind))
+            admitted = [nodes[at[j]] for j in positions]
+            admits[kind] = None if len(positions) == len(at) else positions
+            sizes[kind] = (
+                max((n.gpu_count for n in admitted), default=0),
+                sum(n.gpu_count for n in admitted),
+                max((cpu_threshold * n.cpu_cores for n in admitted), default=0.0),
+            )
+        groups.append(_GroupLayout(group, tuple(at), admits, sizes))
+    by_kind = {
+        kind: tuple(i for i, g in enumerate(groups) if g.key[2] == kind and g.used_by(kind))
+        + tuple(i for i, g in enumerate(groups) if g.key[2] != kind and g.used_by(kind))
+        for kind in POOLS_FOR_KIND
+    }
     if len(_LAYOUTS) >= 16:  # inventories that changed: keep only recent ones
         _LAYOUTS.clear()
-    _LAYOUTS[key] = (nodes, layout)
+    gpu_types = tuple(dict.fromkeys(g.key[1] for g in groups))
+    layout = _LAYOUTS[key] = _Layout(nodes, tuple(groups), by_kind, gpu_types)
     return layout
 
 
@@ -239,25 +274,22 @@ class Capacity:
     def __init__(self, snapshot: Snapshot, memory_aware: bool = True) -> None:
         self.snapshot = snapshot
         self.memory_aware = memory_aware
-        rooms = [Room.of(state, snapshot.cpu_threshold) for state in snapshot.nodes]
+        threshold = snapshot.cpu_threshold
+        rooms = [Room.of(state, threshold) for state in snapshot.nodes]
+        layout = _layout(tuple(state.node for state in snapshot.nodes), threshold)
         self._groups = []
-        for key, members, admits in _layout(tuple(state.node for state in snapshot.nodes)):
-            group = Group(*key, [rooms[i] for i in members])
+        for known in layout.groups:
+            slots = [rooms[i] for i in known.members]
+            group = Group(*known.key, slots)
             self._groups.append(group)
             group.recount()
-            for kind, positions in admits.items():
-                admitted = tuple(group.slots[i] for i in positions)
-                group.admits[kind] = admitted
-                group.sizes[kind] = (
-                    max((s.node.gpu_count for s in admitted), default=0),
-                    sum(s.node.gpu_count for s in admitted),
-                    max((s.cpu_cap for s in admitted), default=0.0),
-                )
-        self._by_kind = {
-            kind: [g for g in self._groups if g.usage == kind and g.admits[kind]]
-            + [g for g in self._groups if g.usage != kind and g.admits[kind]]
-            for kind in POOLS_FOR_KIND
-        }
+            for kind, positions in known.admits.items():
+                group.admits[kind] = tuple(slots) if positions is None else tuple(slots[i] for i in positions)
+            group.sizes = known.sizes
+        self._by_kind = {kind: [self._groups[i] for i in at] for kind, at in layout.by_kind.items()}
+        self._gpu_types = layout.gpu_types
+        self._waits: set[tuple] = set()
+        """`_waits_key`s of the jobs `fit` found no option for, while some group might take them."""
         self._might: dict[tuple[JobKind, int, float, tuple[int, ...]], bool] = {}
         """(kind, cards, CPU, pods that spread) -> whether some group might take such a job once empty."""
         self._refresh()
@@ -266,6 +298,10 @@ class Capacity:
         """Recount what each job kind could use now (after construction and every take)."""
         self._has_cards: dict[tuple[JobKind, int, bool], bool] = {}
         """(kind, cards, spread) -> whether some group has that many cards free for such a job (has_cards)."""
+        self._worth: dict[tuple, bool] = {}
+        """shape (`shape_of`) -> `worth_trying`, which depends on the shape alone."""
+        self._roomy: dict[tuple[JobKind, int, float], list[float | None]] = {}
+        """(kind, cards, CPU) -> per group of the kind, `_most_memory` (may_start)."""
         self._shared_room = {
             kind: any(g.shared_room for g in groups) for kind, groups in self._by_kind.items()
         }
@@ -279,6 +315,13 @@ class Capacity:
         group might take it when empty. A job no group could ever take stays worth trying, so that
         `fit` can say why.
         """
+        shape = shape_of(job)
+        worth = self._worth.get(shape)
+        if worth is None:
+            worth = self._worth[shape] = self._worth_trying(job)
+        return worth
+
+    def _worth_trying(self, job: JobSpec) -> bool:
         key = (job.kind, job.num_gpus, job.spread)
         has_cards = self._has_cards.get(key)
         if has_cards is None:
@@ -289,11 +332,37 @@ class Capacity:
             return True
         if is_sharing(job) and self._shared_room[job.kind]:
             return True
+        return not self._might_take(job)
+
+    def _might_take(self, job: JobSpec) -> bool:
+        """Whether some group might take `job` once empty (`Group.might_take`)."""
         static = (job.kind, job.num_gpus, job.cpu, job.pod_gpus if job.spread else ())
         might = self._might.get(static)
         if might is None:
             might = self._might[static] = any(g.might_take(job) for g in self._by_kind[job.kind])
-        return not might
+        return might
+
+    def may_start(self, job: JobSpec) -> bool:
+        """False when no job alike could start now, whatever its own constraints and estimates: a job
+        of its shape (`shape_of`) needing its memory per card on each GPU type. A stricter first test than
+        `worth_trying` (it asks of the nodes with the cards free whether their CPU and memory allow it),
+        for a forward look that asks a policy only about the jobs that may start (cpn.engine.look_queue).
+        A job no group could ever take, a gang over several nodes and a sharing job may start, so that
+        `fit` says why or places them."""
+        if not self.worth_trying(job):
+            return False
+        if is_sharing(job) or job.spread or not self._might_take(job):
+            return True
+        key = (job.kind, job.num_gpus, job.cpu)
+        roomy = self._roomy.get(key)
+        if roomy is None:
+            roomy = self._roomy[key] = [_most_memory(g, job) for g in self._by_kind[job.kind]]
+        for group, most in zip(self._by_kind[job.kind], roomy, strict=True):
+            if most is not None:
+                mem = self.memory(job, group.gpu_type)
+                if mem is None or mem <= most:
+                    return True
+        return False
 
     def hopeless(self, shapes: tuple[JobSpec, ...] | None) -> bool:
         """True when nothing is free, or when no job of the waiting shapes (Snapshot.shapes) is worth
@@ -328,6 +397,9 @@ class Capacity:
         rejected in a round where the groups it might use have cards free.
         """
         sharing = is_sharing(job)
+        alike = not sharing and rank is None  # a job whose answer may be one alike it had (`_waits_key`)
+        if alike and self._waits and self._waits_key(job, gpu_types) in self._waits:
+            return Fit(())
         n = job.num_gpus
         options: list[Option] = []
         short = False
@@ -354,7 +426,26 @@ class Capacity:
                 short = short or group.might_take(job)
         if options:
             return Fit(tuple(options))
+        if short and alike:
+            self._waits.add(self._waits_key(job, gpu_types))
         return Fit((), None if short else self.why_never(job, gpu_types))
+
+    def _waits_key(self, job: JobSpec, gpu_types: Collection[str] | None) -> tuple:
+        """What `fit` depends on of a job that holds whole cards: jobs alike in it fit alike. What is free
+        only shrinks as options are taken, so a job that found no option finds none for the rest of the
+        decision, nor does one alike: `fit` answers those at once (a queue of thousands asks it of many
+        jobs alike that the CPU or memory in use keeps waiting)."""
+        return (
+            job.kind,
+            job.num_gpus,
+            job.cpu,
+            job.pod_gpus if job.spread else None,
+            job.gpu_products,
+            job.node_pools,
+            job.gpu_memory_min_gb,
+            None if gpu_types is None else frozenset(gpu_types),
+            tuple(self.memory(job, gpu) for gpu in self._gpu_types),
+        )
 
     def _option(self, job: JobSpec, group: Group, plan: list[tuple[Room, int]], card: int | None = None):
         (first, cards), *rest = plan
@@ -528,6 +619,18 @@ NO_ESTIMATE = "no runtime estimate for any GPU type"
 
 def _free(room: Room) -> int:
     return room.free
+
+
+def _most_memory(group: Group, job: JobSpec) -> float | None:
+    """The most GPU memory per card on a node of `group` that has `job`'s cards and CPU free now (inf
+    where it would span several nodes: not asked); None where none has."""
+    if job.num_gpus > group.sizes[job.kind][0]:
+        return math.inf
+    if not group.has_cards(job.kind, job.num_gpus):
+        return None
+    n = job.num_gpus
+    roomy = [s for s in group.admits[job.kind] if s.free >= n]  # a first cut before asking each node
+    return max((s.node.gpu_memory_gb for s in roomy if s.refusal(job, n) is None), default=None)
 
 
 def hold_cards(
