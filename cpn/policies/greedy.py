@@ -62,10 +62,16 @@ class GreedyPolicy:
     """Earliest predicted finish over the GPU types free now, jobs in queue order."""
 
     name = "greedy"
-    traits = Traits(queue_order=True, skips_blocked=True)
 
     def __init__(self, settings: GreedySettings | None = None) -> None:
         self.settings = settings or GreedySettings()
+        self.traits = Traits(
+            queue_order=not self.settings.wait_for_faster, skips_blocked=not self.settings.wait_for_faster
+        )
+        """Jobs in queue order, and one that cannot start now changes nothing for the rest; unless jobs may
+        wait for a faster type: a job that waits books the cards it waits for (FasterLater), which later jobs
+        then do not count on, so a forward look must ask about every job (cpn.engine.look_queue; its test
+        compares both)."""
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """Place each job where it finishes first while anything is free; reject jobs that can never run."""

@@ -116,7 +116,9 @@ class Counting:
     """A production policy that counts its decisions (how often the forward look asks it)."""
 
     def __init__(self, name: str) -> None:
-        self.policy = make_policy(name)
+        # greedy as it takes the queue in order (a job that waits for a faster type books cards: then the
+        # look asks about every job, Traits)
+        self.policy = make_policy(name, **({"wait_for_faster": "false"} if name == "greedy" else {}))
         self.name = self.policy.name
         self.traits = self.policy.traits
         self.decided = 0

@@ -21,7 +21,7 @@ ENGINE = Path(__file__).resolve().parents[2] / "cpn" / "engine"
     [
         ("fifo", Traits(queue_order=True)),
         ("fifo-naive", Traits(queue_order=True)),
-        ("greedy", Traits(queue_order=True, skips_blocked=True)),
+        ("greedy", Traits()),  # jobs may wait for a faster type, booking cards: the look asks about all
         ("sjf", Traits(skips_blocked=True)),
         ("milp", Traits(keeps_plan=True)),
     ],
@@ -32,8 +32,14 @@ def test_each_policy_declares_its_traits(name, traits):
     assert looked_forward_with(policy) is policy
 
 
+def test_greedy_that_never_waits_for_a_faster_type_takes_the_queue_in_order_and_skips():
+    assert make_policy("greedy", wait_for_faster="false").traits == Traits(
+        queue_order=True, skips_blocked=True
+    )
+
+
 def test_wrappers_keep_the_inner_policys_traits_and_look_forward_with_it():
-    preempting = make_policy("greedy", preemption="true")
+    preempting = make_policy("greedy", preemption="true", wait_for_faster="false")
     assert isinstance(looked_forward_with(preempting), GreedyPolicy)
     assert preempting.traits.queue_order and not preempting.traits.rebalances
     both = make_policy("fifo", preemption="true", rebalance="true")
