@@ -106,6 +106,7 @@ def test_cpn_run_retrains_after_n_completions_and_estimates_with_the_new_champio
         throughputs=str(home / "throughputs.csv"),
         store=None,
         policy="greedy",
+        set=[],
         estimates="champion",
         time_scale=3600.0,
         interval=None,
