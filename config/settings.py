@@ -341,16 +341,21 @@ M = TypeVar("M", bound=BaseModel)
 def load_model(path: Path | str, model: type[M]) -> M:
     """Load one YAML file into `model`, or raise ConfigError naming file, field and reason."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    raw = _read_yaml(path)
     try:
         return model.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
         raise ConfigError(f"{path}: {format_validation_error(exc)}") from None
+
+
+def _read_yaml(path: Path) -> object:
+    """The YAML document of `path` (None when empty), or ConfigError naming the file and what is wrong."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
 
 
 def format_validation_error(exc: ValidationError) -> str:
@@ -366,12 +371,7 @@ def load_policy(path: Path | str) -> SchedulerPolicy:
     """A `policy.yaml` (config.policies.SchedulerPolicy: the policy's name and every setting it takes, and
     `cpu_threshold`), or ConfigError naming the file, the field and the reason."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    raw = _read_yaml(path)
     try:
         return SchedulerPolicy.of(raw)
     except PolicySettingsError as exc:
