@@ -27,25 +27,8 @@ from cpn.jobs import Cause, JobSpec, JobState
 from cpn.policies.preemption import PreemptingPolicy
 from cpn.policies.rebalance import RebalancingPolicy
 from tasks.config import load_settings
+from tests.unit.test_teams_service import CLUSTERS  # one node of two V100 cards
 
-CLUSTERS = {
-    "clusters": [
-        {
-            "name": "c",
-            "node_groups": [
-                {
-                    "name": "n",
-                    "count": 1,
-                    "gpu_product": "Tesla-V100-SXM2-16GB",
-                    "gpus_per_node": 2,
-                    "gpu_memory_gb": 16,
-                    "cpu_cores": 8,
-                }
-            ],
-        }
-    ]
-}
-"""One node of two V100 cards."""
 TEAMS = {
     "teams": [
         {"name": "a", "namespaces": ["a"], "quota": {"v100": 1}},
