@@ -1,17 +1,22 @@
-"""`cpn plan`: a dry run on the configured clusters' current inventory, submitting nothing.
+"""`cpn plan`: a dry run, the scheduling round without an executor, submitting nothing.
 
-For the given manifests, one scheduling decision (the config's policy, the registered champion's
-estimates unless `--estimates` says otherwise, transfer times from the WAN links), and for each placed
-job the objects cpn would
-submit, validated as before a real submission, written to `OUTDIR/<cluster>/<namespace>-<name>.yaml`;
-`OUTDIR/plan.json` says per job where it goes (cluster, nodes, GPUs, GPU type, predicted runtime,
-transfer seconds) or why it would wait or is rejected. Clusters with a kube_context are read live
-through their kubeconfig (read-only calls: nodes and pods); the others as the config describes them,
-all cards free.
+It opens the service `cpn run` builds over the job store (`--store`, else this cpn home's; an empty one if
+none was made yet) read-only, on the config folder's clusters, policy and teams, the registered champion's
+estimates unless `--estimates` says otherwise (cpn.bootstrap.open_dry_run), and takes one decision on the
+store's queue with the jobs of the given manifests queued after it, as if submitted now: running jobs,
+saved progress, copies in flight, teams and whole cards for jobs to explore count as in the round itself,
+and the `schedule-round` flow's dry run on the same store decides alike. Clusters with a kube_context are
+read live through their kubeconfig (read-only calls: nodes and pods); simulated ones as the store's
+journal left them (all cards free without one).
+
+For each placed job, the objects cpn would submit, validated as before a real submission, are written to
+`OUTDIR/<cluster>/<namespace>-<name>.yaml`; `OUTDIR/plan.json` says per queued job where it goes (cluster,
+nodes, GPUs, GPU type, predicted runtime, transfer seconds) or why it would wait (and when it is predicted
+to start) or is rejected, and which running jobs the round would stop for it.
 
 Exit status: 0 written, every job placed or waiting; 1 written, but a job is rejected (it would be refused
 in its first round: the line and plan.json say why) or an object failed validation, or a cluster could not
-be read; 2 invalid input (a manifest or the config).
+be read; 2 invalid input (a manifest, the config, or a manifest's job stored with other content).
 """
 
 from __future__ import annotations
@@ -24,31 +29,38 @@ from pathlib import Path
 import yaml
 
 from cli.policy_options import add_policy_arguments, scheduler_policy
-from config.runtime import runtime_settings
-from config.settings import DEMO_DIR, ClustersConfig, ConfigError, load_profile
-from cpn.engine.plan import PlannedJob, plan
+from config.runtime import job_store, runtime_settings
+from config.settings import DEMO_DIR, ConfigError, load_profile
+from cpn.bootstrap import open_dry_run, service_teams
+from cpn.decisions import Decision, Snapshot
+from cpn.engine.dry_run import PlannedJob, planned_jobs
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.intake import IntakeError, parse_manifests
-from cpn.inventory import NodeState, nodes_from_config
-from cpn.policies import make_policy
-from cpn.transfer import TransferTimes
+from cpn.store import StoreError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `plan` sub-command."""
     p = sub.add_parser(
         "plan",
-        help="dry run: where manifests would go and the objects cpn would submit (submits nothing)",
+        help="dry run: what the next round would do with the queue and the given manifests (submits nothing)",
         description=(
-            "Decide placements for the jobs of the given manifests on the configured clusters as they are "
-            "now, and write each object cpn would submit to OUTDIR/<cluster>/<namespace>-<name>.yaml and "
-            "a summary to OUTDIR/plan.json. Nothing is submitted."
+            "Decide as the next scheduling round would on the job store's queue, with the jobs of the given "
+            "manifests queued after it, on the configured clusters as they are now; write each object cpn "
+            "would submit to OUTDIR/<cluster>/<namespace>-<name>.yaml and a summary to OUTDIR/plan.json. "
+            "Nothing is submitted or stored."
         ),
         epilog="Exit status: 0 written, every job placed or waiting; 1 a job rejected, an object invalid or "
         "a cluster unreadable; 2 invalid input.",
     )
     p.add_argument("--config", default=str(DEMO_DIR), help="config folder (default: the built-in demo)")
     p.add_argument("--out", required=True, help="folder to write the plan to")
+    p.add_argument(
+        "--store",
+        default=None,
+        help="job store whose queue is planned, read only (default: this cpn home's, as `cpn run` uses; "
+        "an empty one if none was made yet)",
+    )
     add_policy_arguments(p)
     p.add_argument(
         "--estimates",
@@ -61,7 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=str(GAVEL_ISOLATED),
         help="throughput table the estimates are trained on, or read from (oracle) (default: Gavel's)",
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="manifest file(s)")
+    p.add_argument(
+        "files", nargs="*", metavar="FILE", help="manifest file(s) of jobs to plan as if submitted now"
+    )
     p.set_defaults(func=run_plan)
 
 
@@ -69,29 +83,16 @@ def _progress(message: str) -> None:
     print(f"cpn plan: {message}", file=sys.stderr, flush=True)
 
 
-def _inventory(config: ClustersConfig) -> tuple[NodeState, ...]:
-    """Live nodes of the real clusters; the simulated ones as configured, all cards free."""
-    from cpn.adapters.kubernetes import gateway_for
-
-    configured = nodes_from_config(config)
-    states: list[NodeState] = []
-    for cluster in config.clusters:
-        if cluster.kube_context:
-            states += gateway_for(cluster, config.label_domain, config.gpu_aliases).inventory()
-        else:
-            states += [NodeState(n, n.gpu_count) for n in configured if n.cluster == cluster.name]
-    return tuple(states)
-
-
 def run_plan(args: argparse.Namespace) -> int:
-    """Plan the manifests and write what would be submitted; exit 2 on bad input, 1 when a cluster
-    cannot be read. The kubernetes client is imported here, not when the command line is built."""
+    """Plan the queue and the manifests and write what would be submitted; exit 2 on bad input, 1 when a
+    cluster cannot be read. The kubernetes client is imported here, not when the command line is built."""
     from cpn.adapters.kubernetes import ApiError, KubernetesBinder, validate_object
     from models.sources import estimate_source
 
     try:
         profile = load_profile(args.config)
         policy = scheduler_policy(args, profile.policy)
+        teams = service_teams(args.config, profile.clusters)
         jobs: list = []
         for name in args.files:
             jobs += parse_manifests(Path(name).read_text(), name)
@@ -108,11 +109,27 @@ def run_plan(args: argparse.Namespace) -> int:
         return 2
     config = profile.clusters
     try:
-        nodes = _inventory(config)
+        service = open_dry_run(
+            config, job_store(args.store), policy, table, estimator=source, teams=teams, proposed=jobs
+        )
     except ApiError as exc:
         print(f"cpn plan: a cluster could not be read: {exc}", file=sys.stderr)
         return 1
-    by_name = {(s.node.cluster, s.node.name): s.node for s in nodes}
+    except (StoreError, ValueError) as exc:
+        print(f"cpn plan: {exc}", file=sys.stderr)
+        return 2
+    try:
+        snapshot = service.scheduler.snapshot()
+        decision = service.scheduler.decide(snapshot)
+    except ApiError as exc:
+        print(f"cpn plan: a cluster could not be read: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # a job stored with other content, a GPU type the predictor cannot estimate
+        print(f"cpn plan: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        service.close()
+    by_name = {(s.node.cluster, s.node.name): s.node for s in snapshot.nodes}
 
     def lookup(cluster: str, name: str):
         return by_name[(cluster, name)]
@@ -123,35 +140,37 @@ def run_plan(args: argparse.Namespace) -> int:
         )
         for c in config.clusters
     }
-    gpu_types = tuple(sorted({s.node.gpu_type for s in nodes}))
-    try:
-        # a service runs until deleted: it has no runtime to estimate, and is placed without one
-        estimates = source.estimates(tuple(j for j in jobs if not j.is_service), gpu_types)
-    except ValueError as exc:  # a GPU type or job the predictor cannot estimate
-        print(f"cpn plan: {exc}", file=sys.stderr)
-        return 2
-    transfers = TransferTimes(config)
-    planned = plan(
-        tuple(jobs),
-        nodes,
-        make_policy(policy.settings),
+    planned = planned_jobs(
+        snapshot,
+        decision,
         binders=binders,
         validate=lambda cluster, obj: validate_object(obj, config.cluster(cluster).kubernetes_version),
-        estimates=estimates,
-        transfer_s={job.job_id: transfers.row(job, job.source_cluster) for job in jobs},
-        cpu_threshold=policy.cpu_threshold,
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    summary = [_write(out, p) for p in planned]
-    (out / "plan.json").write_text(json.dumps({"jobs": summary}, indent=2) + "\n")
+    (out / "plan.json").write_text(json.dumps(_summary(out, snapshot, decision, planned), indent=2) + "\n")
     for p in planned:
         where = f"{p.cluster} {', '.join(f'{n}x{c}' for n, c in p.nodes)} ({p.gpu_type})" if p.cluster else ""
         if p.explore:
             where += f" explore: estimate +-{p.uncertainty:.0%}, learnt from this run"
         print(f"{p.job_id}: {p.outcome} {where or p.code} {p.reason}".rstrip())
+    for stop in decision.preemptions:
+        print(f"{stop.job_id}: stopped for {stop.for_job} ({stop.reason})")
     print(f"wrote {out / 'plan.json'}")
     return 1 if any(p.outcome in ("invalid", "rejected") for p in planned) else 0
+
+
+def _summary(out: Path, snapshot: Snapshot, decision: Decision, planned: list[PlannedJob]) -> dict:
+    """plan.json: the scheduler's time, every queued job's outcome (its objects written beside), and the
+    running jobs the round would stop."""
+    return {
+        "now": snapshot.now,
+        "jobs": [_write(out, p) for p in planned],
+        "preemptions": [
+            {"job_id": s.job_id, "for_job": s.for_job, "reason": s.reason, "lost_gpu_hours": s.lost_gpu_hours}
+            for s in decision.preemptions
+        ],
+    }
 
 
 def _write(out: Path, p: PlannedJob) -> dict:
@@ -169,6 +188,8 @@ def _write(out: Path, p: PlannedJob) -> dict:
         )
     if p.code:
         entry["waiting"] = p.code
+    if p.predicted_start is not None:
+        entry["predicted_start"] = p.predicted_start
     if p.reason:
         entry["reason"] = p.reason
     if p.objects:

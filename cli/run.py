@@ -14,17 +14,14 @@ from types import FrameType
 from cli.intake import add_security_arguments, security_from_args
 from cli.policy_options import add_policy_arguments, scheduler_policy
 from config.runtime import job_store, runtime_settings
-from config.settings import DEMO_DIR, ClustersConfig, ConfigError, Profile, load_profile
-from config.teams import folder_teams, quota_warnings
-from cpn.bootstrap import Service, build_service
-from cpn.decisions import Teams
+from config.settings import DEMO_DIR, ConfigError, Profile, load_profile
+from cpn.bootstrap import PortWrappers, Service, build_service, service_teams
 from cpn.engine.lease import holder_name
 from cpn.engine.live import LiveLoop
 from cpn.engine.scheduler import RoundResult
 from cpn.engine.team_view import TeamBoard
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
 from cpn.inventory import nodes_from_config
-from cpn.policies.teams import quota_cards, teams_of
 from cpn.sim.driver import Timeline
 from cpn.store import StoreError
 
@@ -109,21 +106,11 @@ def _on_round(result: RoundResult) -> None:
         )
 
 
-def service_teams(folder: str, clusters: ClustersConfig) -> Teams | None:
-    """The teams of config folder `folder` (its `teams.yaml`), each quota larger than `clusters` have logged
-    as a warning; None without a teams file (raises ConfigError naming the field of a bad one)."""
-    config = folder_teams(folder)
-    if config is None:
-        return None
-    for line in quota_warnings(config, quota_cards(nodes_from_config(clusters))):
-        log.warning("%s", line)
-    return teams_of(config)
-
-
-def build(args: argparse.Namespace, profile: Profile) -> Service:
+def build(args: argparse.Namespace, profile: Profile, ports: PortWrappers | None = None) -> Service:
     """The service `args` and the loaded config folder describe, holding the store's scheduler lease, or, on
-    a database server's store another process leads, a standby (raises ThroughputFormatError, StoreError,
-    StoreLeased naming the process that holds a store file's lease, ValueError)."""
+    a database server's store another process leads, a standby, its ports wrapped in `ports` (raises
+    ThroughputFormatError, StoreError, StoreLeased naming the process that holds a store file's lease,
+    ValueError)."""
     from models.sources import estimate_source
 
     policy = scheduler_policy(args, profile.policy)  # a bad setting fails before anything starts
@@ -146,6 +133,7 @@ def build(args: argparse.Namespace, profile: Profile) -> Service:
         purpose="cpn run",
         standby=True,
         teams=teams,
+        ports=ports,
     )
 
 
@@ -190,7 +178,7 @@ def run_service(args: argparse.Namespace) -> int:
     from cpn.api import create_app
     from cpn.clock import SimClock
     from cpn.engine.live_load import MeasuredLoad
-    from cpn.telemetry import Telemetry, instrument
+    from cpn.telemetry import PortCounts, Telemetry
     from cpn.ui.capacity import Capacity
     from cpn.ui.pages import mount_ui
 
@@ -199,11 +187,11 @@ def run_service(args: argparse.Namespace) -> int:
         security = security_from_args(args)
         profile = load_profile(args.config)
         interval = _interval(args, profile)
-        service = build(args, profile)
+        counts = PortCounts()  # submissions and copies, counted at the ports the service is built with
+        service = build(args, profile, counts)
         capacity = Capacity(service.scheduler.cpu_threshold)
         after = after_each_round(args, profile, service)
-        telemetry = Telemetry(service.store, holder_name(service.purpose))
-        instrument(service.scheduler, telemetry)
+        telemetry = Telemetry(service.store, holder_name(service.purpose), counts)
         load = service.scheduler.node_load
         health = load.health if isinstance(load, MeasuredLoad) else None
 

@@ -19,25 +19,31 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from config.policies import DEFAULT_CPU_THRESHOLD, BasePolicySettings, PolicySettings
+from config.policies import DEFAULT_CPU_THRESHOLD, BasePolicySettings, PolicySettings, SchedulerPolicy
+from config.runtime import store_exists
 from config.settings import ClustersConfig
+from config.teams import folder_teams, quota_warnings
 from cpn.adapters.clusters import ClusterBook, ClusterSet, stored_clusters, stored_config
 from cpn.adapters.gateway import ClusterGateway
 from cpn.adapters.migrator import Migrator
 from cpn.clock import Clock, SimClock, WallClock
-from cpn.decisions import Teams
+from cpn.decisions import Decision, Snapshot, Teams
+from cpn.engine.dry_run import WithProposed
 from cpn.engine.forecast import LIVE_SHARE
 from cpn.engine.lease import LEASE_TTL_S, SchedulerLease
 from cpn.engine.live_load import MeasuredLoad
 from cpn.engine.scheduler import EstimateSource, NodeLoad, Scheduler
 from cpn.formats.throughput import ThroughputTable
 from cpn.inventory import Node, nodes_from_config
+from cpn.jobs import JobSpec
 from cpn.policies import make_policy
 from cpn.policies.base import Policy
+from cpn.policies.teams import quota_cards, teams_of
 from cpn.sim.colocation import ColocationTable
 from cpn.sim.driver import SimDriver, Timeline
 from cpn.sim.gateway import GroundTruth, SimulatedGateway
@@ -54,6 +60,20 @@ SIM_TIMELINE = "sim_timeline"
 REPLAY_EXPLAIN_EVERY_S = 1.0
 """A replay asks why jobs wait at most once per wall-clock second: replays run thousands of rounds a
 second, and nothing in a replay's figures depends on the reasons."""
+
+
+class PortWrappers(Protocol):
+    """What an entrance wraps the scheduler's ports in as `build_service` builds it (cpn.telemetry.PortCounts
+    counts submissions and copies there): the one way to add to a scheduler, which nothing rewires once
+    built."""
+
+    def gateway(self, gateway: ClusterGateway) -> ClusterGateway:
+        """The gateway the scheduler submits through, wrapping the clusters' own."""
+        ...
+
+    def migrator(self, migrator: Migrator) -> Migrator:
+        """The migrator the scheduler copies through, wrapping the built one."""
+        ...
 
 
 @dataclass
@@ -195,6 +215,10 @@ def build_service(
     lease_ttl_s: float = LEASE_TTL_S,
     standby: bool = False,
     teams: Teams | None = None,
+    ports: PortWrappers | None = None,
+    on_decision: Callable[[Snapshot, Decision], None] | None = None,
+    forecast: bool | None = None,
+    proposed: Sequence[JobSpec] = (),
 ) -> Service:
     """The scheduler over `clusters` with a job store at `store_path` (see the module doc).
 
@@ -215,7 +239,17 @@ def build_service(
     the store for reading and writes no file: a dry run's service, which takes no lease and must not
     record or submit anything. `teams` (cpn.policies.teams.teams_of over a teams file; `cpn run` reads
     `teams.yaml` of its config folder) makes the policy order and limit the queue by team; None: one queue.
+
+    What an entrance adds to the scheduler is given here, never set on it afterwards: `ports` wraps its
+    gateway and migrator (cpn.telemetry.PortCounts counts submissions and copies), `on_decision` sees each
+    round's final decision (a benchmark's recorder, cpn.bench.recorder), `forecast` says whether it looks
+    forward to predict starts (None: a live service does, a replay does not). A `read_only` service's
+    scheduler may be shown `proposed` jobs the store does not hold, queued after the stored ones
+    (cpn.engine.dry_run.WithProposed: what `cpn plan FILE...` asks about). A read-only `:memory:` store is
+    an empty one (a dry run before any store was made).
     """
+    if proposed and not read_only:
+        raise ValueError("proposed jobs are shown only to a read-only service (a dry run): it stores none")
     real = [c.name for c in clusters.clusters if c.kube_context]
     if real and time_scale not in (None, 1):
         raise ValueError(f"clusters {', '.join(real)} are real: they run on the wall clock, use time scale 1")
@@ -223,7 +257,7 @@ def build_service(
     beside = store_file(store_path)  # the simulated clusters' files go beside a store file
     sim_clock = SimClock()
     clock: Clock = WallClock() if real and live else sim_clock
-    store = JobStore(store_path, clock=clock, read_only=read_only)
+    store = JobStore(store_path, clock=clock, read_only=read_only and str(store_path) != ":memory:")
     durable = beside is not None or store.on_server
     lease = None
     if live and not read_only:
@@ -289,22 +323,7 @@ def build_service(
             sim_clock.advance_to(now)
         parts = [p for p in (simulator, migrator) if isinstance(p, (SimulatedGateway, SimulatedMigrator))]
         driver = SimDriver(sim_clock, parts, timeline, wall)
-    scheduler = Scheduler(
-        store,
-        gateway,
-        make_policy(policy) if isinstance(policy, str | BasePolicySettings) else policy,
-        clock,
-        cpu_threshold=cpu_threshold,
-        estimator=estimator,
-        transfers=transfers,
-        migrator=migrator,
-        node_load=node_load,
-        explain_every_s=0.0 if live else REPLAY_EXPLAIN_EVERY_S,
-        lease=lease,
-        forecast=live,  # a replay looks forward only when a benchmark asks (cpn.bench.recorder.record_on)
-        forecast_share=LIVE_SHARE if live else None,
-        teams=teams,
-    )
+    cluster_book = None
     if live and not read_only:
 
         def join(config: ClustersConfig, name: str) -> ClusterGateway:
@@ -318,7 +337,25 @@ def build_service(
             simulator.add_nodes(tuple(n for n in nodes_from_config(config) if n.cluster == name))
             return sim_gateway
 
-        scheduler.cluster_book = ClusterBook(store, configured, gateway, join, transfers).refresh
+        cluster_book = ClusterBook(store, configured, gateway, join, transfers).refresh
+    scheduler = Scheduler(
+        WithProposed(store, proposed, clock) if proposed else store,
+        gateway if ports is None else ports.gateway(gateway),
+        make_policy(policy) if isinstance(policy, str | BasePolicySettings) else policy,
+        clock,
+        cpu_threshold=cpu_threshold,
+        estimator=estimator,
+        transfers=transfers,
+        migrator=migrator if ports is None else ports.migrator(migrator),
+        node_load=node_load,
+        explain_every_s=0.0 if live else REPLAY_EXPLAIN_EVERY_S,
+        lease=lease,
+        forecast=live if forecast is None else forecast,
+        forecast_share=LIVE_SHARE if live else None,
+        teams=teams,
+        on_decision=on_decision,
+        cluster_book=cluster_book,
+    )
     return Service(
         clusters=clusters,
         clock=clock,
@@ -335,6 +372,57 @@ def build_service(
     )
 
 
+def open_dry_run(
+    clusters: ClustersConfig,
+    store_path: Path | str,
+    policy: SchedulerPolicy,
+    table: ThroughputTable,
+    *,
+    estimator: EstimateSource | None = None,
+    teams: Teams | None = None,
+    proposed: Sequence[JobSpec] = (),
+    wall: Callable[[], float] = time.time,
+) -> Service:
+    """The round without an executor: the service `cpn run` builds over the store at `store_path`, opened
+    read-only and brought up to now (the simulated clusters' journal read, their clock caught up; nothing
+    reconciled), on which a dry run takes the snapshot and decides (cpn.engine.dry_run). The
+    `schedule-round` flow's dry run and `cpn plan` both open it, so they decide alike on every queued job. A
+    store file not made yet is an empty store; `proposed` jobs are queued after the stored ones (`cpn plan
+    FILE...`)."""
+    service = build_service(
+        clusters,
+        store_path if store_exists(store_path) else ":memory:",
+        policy.settings,
+        table,
+        estimator=estimator,
+        cpu_threshold=policy.cpu_threshold,
+        time_scale=1.0,
+        wall=wall,
+        read_only=True,
+        purpose="dry run",
+        teams=teams,
+        proposed=proposed,
+    )
+    try:
+        service.start()
+    except BaseException:
+        service.close()
+        raise
+    return service
+
+
+def service_teams(folder: Path | str, clusters: ClustersConfig) -> Teams | None:
+    """The teams of config folder `folder` (its `teams.yaml`) every service of it orders and limits the queue
+    by, each quota larger than `clusters` have logged as a warning; None without a teams file (raises
+    ConfigError naming the field of a bad one)."""
+    config = folder_teams(folder)
+    if config is None:
+        return None
+    for line in quota_warnings(config, quota_cards(nodes_from_config(clusters))):
+        log.warning("%s", line)
+    return teams_of(config)
+
+
 def build_simulation(
     clusters: ClustersConfig,
     store_path: Path | str,
@@ -342,12 +430,25 @@ def build_simulation(
     table: ThroughputTable,
     cpu_threshold: float = DEFAULT_CPU_THRESHOLD,
     estimator: EstimateSource | None = None,
+    *,
+    teams: Teams | None = None,
+    on_decision: Callable[[Snapshot, Decision], None] | None = None,
+    forecast: bool = False,
 ) -> Service:
-    """A replay's service: every cluster simulated, on simulated time driven by cpn.sim.replay."""
+    """A replay's service: every cluster simulated, on simulated time driven by cpn.sim.replay (`teams`,
+    `on_decision` and `forecast` as `build_service` takes them; a replay looks forward only when asked)."""
     if any(c.kube_context for c in clusters.clusters):
         raise ValueError("a replay simulates every cluster; this config names real ones (kube_context)")
     return build_service(
-        clusters, store_path, policy, table, estimator=estimator, cpu_threshold=cpu_threshold
+        clusters,
+        store_path,
+        policy,
+        table,
+        estimator=estimator,
+        cpu_threshold=cpu_threshold,
+        teams=teams,
+        on_decision=on_decision,
+        forecast=forecast,
     )
 
 

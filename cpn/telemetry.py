@@ -7,7 +7,8 @@ queries made at scrape time: jobs per (state, namespace, waiting reason) in one 
 Labels are bounded (states, namespaces, reason codes, clusters, GPU types, stages, outcomes): never a job.
 
 Submissions and image copies are counted where they happen, at the scheduler's ports: `CountingGateway`
-and `CountingMigrator` wrap the gateway and migrator the scheduler was built with and pass every call on.
+and `CountingMigrator` (`PortCounts`) wrap the gateway and migrator as the composition root builds the
+scheduler, and pass every call on.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from prometheus_client.registry import Collector
 from cpn.adapters.gateway import ClusterGateway, SubmitRejected
 from cpn.adapters.migrator import MigrationDone, Migrator
 from cpn.decisions import Placement
-from cpn.engine.scheduler import RoundResult, Scheduler
+from cpn.engine.scheduler import RoundResult
 from cpn.jobs import JobSpec, JobState
 from cpn.store import JobStore
 
@@ -66,45 +67,13 @@ class Cards(Protocol):
     memory: int
 
 
-class Telemetry(Collector):
-    """The series of one `cpn run` process, in their own registry (`registry`), thread-safe.
+class PortCounts:
+    """Submissions and image copies, counted where they happen: the composition root (cpn.bootstrap) wraps
+    the gateway and the migrator it builds the scheduler with in `gateway` and `migrator` (a
+    cpn.bootstrap.PortWrappers), before `Telemetry` over the store it opens serves them from `registry`."""
 
-    `store` is read at scrape time (`JobStore.tally`, `JobStore.lease`); `holder` names this process's
-    lease (cpn.engine.lease.SchedulerLease.holder; None: it holds none). Starts seen in the store before
-    the telemetry was built are not observed again.
-    """
-
-    def __init__(self, store: JobStore, holder: str | None = None) -> None:
-        self.store = store
-        self.holder = holder
+    def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        """What `/metrics` serves: this collector and the histograms and counters below."""
-        self._lock = threading.Lock()
-        self._cards: tuple[Cards, ...] = ()
-        self._health: dict[str, str] = {}
-        self._cordoned: frozenset[str] = frozenset()
-        self._cursor, _ = store.changes_since(0)
-        self.stage_seconds = Histogram(
-            "cpn_round_stage_duration_seconds",
-            "Wall seconds each stage of a scheduling round took.",
-            ["stage"],
-            buckets=STAGE_BUCKETS,
-            registry=self.registry,
-        )
-        self.rounds = Counter("cpn_rounds", "Scheduling rounds completed.", registry=self.registry)
-        self.wait_seconds = Histogram(
-            "cpn_job_wait_seconds",
-            "Scheduler-clock seconds from a job's acceptance to each start of it on a cluster.",
-            ["namespace", "gpus"],
-            buckets=WAIT_BUCKETS,
-            registry=self.registry,
-        )
-        self.prediction_error = Histogram(
-            "cpn_predicted_start_error_seconds",
-            "Absolute difference between a started job's first predicted start and its actual start.",
-            buckets=WAIT_BUCKETS,
-            registry=self.registry,
-        )
         self.submissions = Counter(
             "cpn_submissions",
             "Submissions to a cluster by outcome: accepted, refused (transient), failed "
@@ -129,6 +98,57 @@ class Telemetry(Collector):
             "cpn_image_copy_failures",
             "Image copies that failed, by destination cluster.",
             ["cluster"],
+            registry=self.registry,
+        )
+
+    def gateway(self, gateway: ClusterGateway) -> ClusterGateway:
+        """`gateway`, its submissions counted."""
+        return CountingGateway(gateway, self)
+
+    def migrator(self, migrator: Migrator) -> Migrator:
+        """`migrator`, its finished copies counted."""
+        return CountingMigrator(migrator, self)
+
+
+class Telemetry(Collector):
+    """The series of one `cpn run` process, in their own registry (`registry`), thread-safe.
+
+    `store` is read at scrape time (`JobStore.tally`, `JobStore.lease`); `holder` names this process's
+    lease (cpn.engine.lease.SchedulerLease.holder; None: it holds none); `ports` are the counters the
+    composition root wrapped the scheduler's ports with (a new set when not given), served from the same
+    registry. Starts seen in the store before the telemetry was built are not observed again.
+    """
+
+    def __init__(self, store: JobStore, holder: str | None = None, ports: PortCounts | None = None) -> None:
+        self.store = store
+        self.holder = holder
+        self.ports = ports or PortCounts()
+        self.registry = self.ports.registry
+        """What `/metrics` serves: this collector, the histograms and counters below, the ports' counters."""
+        self._lock = threading.Lock()
+        self._cards: tuple[Cards, ...] = ()
+        self._health: dict[str, str] = {}
+        self._cordoned: frozenset[str] = frozenset()
+        self._cursor, _ = store.changes_since(0)
+        self.stage_seconds = Histogram(
+            "cpn_round_stage_duration_seconds",
+            "Wall seconds each stage of a scheduling round took.",
+            ["stage"],
+            buckets=STAGE_BUCKETS,
+            registry=self.registry,
+        )
+        self.rounds = Counter("cpn_rounds", "Scheduling rounds completed.", registry=self.registry)
+        self.wait_seconds = Histogram(
+            "cpn_job_wait_seconds",
+            "Scheduler-clock seconds from a job's acceptance to each start of it on a cluster.",
+            ["namespace", "gpus"],
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.prediction_error = Histogram(
+            "cpn_predicted_start_error_seconds",
+            "Absolute difference between a started job's first predicted start and its actual start.",
+            buckets=WAIT_BUCKETS,
             registry=self.registry,
         )
         self.registry.register(self)
@@ -228,9 +248,9 @@ class Telemetry(Collector):
 class CountingGateway:
     """A cluster gateway that counts each submission's outcome per cluster, passing every call on."""
 
-    def __init__(self, gateway: ClusterGateway, telemetry: Telemetry) -> None:
+    def __init__(self, gateway: ClusterGateway, counts: PortCounts) -> None:
         self._gateway = gateway
-        self._submissions = telemetry.submissions
+        self._submissions = counts.submissions
 
     def submit(self, spec: JobSpec, placement: Placement) -> Any:
         """Submit through the wrapped gateway; count accepted, refused (transient) or failed."""
@@ -249,9 +269,9 @@ class CountingGateway:
 class CountingMigrator:
     """A migrator that counts the finished copies' bytes, seconds and failures, passing every call on."""
 
-    def __init__(self, migrator: Migrator, telemetry: Telemetry) -> None:
+    def __init__(self, migrator: Migrator, counts: PortCounts) -> None:
         self._migrator = migrator
-        self._telemetry = telemetry
+        self._counts = counts
 
     def start(self, job: JobSpec, src: str, dst: str, started_at: float | None = None) -> None:
         """Start the copy (the wrapped migrator's)."""
@@ -260,7 +280,7 @@ class CountingMigrator:
     def poll(self) -> list[MigrationDone]:
         """The wrapped migrator's finished copies, counted."""
         done = self._migrator.poll()
-        t = self._telemetry
+        t = self._counts
         for m in done:
             if not m.ok:
                 t.copy_failures.labels(m.cluster).inc()
@@ -273,11 +293,3 @@ class CountingMigrator:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._migrator, name)
-
-
-def instrument(scheduler: Scheduler, telemetry: Telemetry) -> None:
-    """Count `scheduler`'s submissions and copies: wrap its gateway and migrator (the composition root
-    calls this once, before the first round)."""
-    scheduler.gateway = CountingGateway(scheduler.gateway, telemetry)
-    if scheduler.migrator is not None:
-        scheduler.migrator = CountingMigrator(scheduler.migrator, telemetry)

@@ -5,11 +5,12 @@ The deployment runs it on an interval and from the Prefect UI with parameters: t
 
 The round is `Scheduler.round`'s own: `run_stages` (cpn/engine/scheduler.py) gives the stages and
 their order, and `TaskStages` runs each as its task. A run rebuilds the service `cpn run` builds from
-the store and the simulated clusters' journal beside it, so it decides as `cpn run` would: the facts a
-round needs beyond the jobs' states (a preempted job's saved progress, the copies in flight, which it goes
-on with) are in the store too (cpn.store_facts). A run that
-is not dry takes the store's scheduler lease first, so it is refused, naming the holder, while `cpn
-run` (or another run) schedules the store; a dry run opens the store read-only and writes nothing.
+the store and the simulated clusters' journal beside it, with the config folder's teams, so it decides as
+`cpn run` would: the facts a round needs beyond the jobs' states (a preempted job's saved progress, the
+copies in flight, which it goes on with) are in the store too (cpn.store_facts). A run that is not dry
+takes the store's scheduler lease first, so it is refused, naming the holder, while `cpn run` (or another
+run) schedules the store; a dry run opens the store read-only and writes nothing, on the service `cpn plan`
+decides on (cpn.bootstrap.open_dry_run), so the two agree on every queued job.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from prefect.utilities.annotations import quote
 
 from config.runtime import runtime_settings
 from cpn.adapters.gateway import JobEvent
+from cpn.bootstrap import service_teams
 from cpn.decisions import Decision, Placement, Snapshot
 from cpn.engine.scheduler import RoundResult, Scheduler, run_stages
 from tasks import schedule as stage
@@ -104,7 +106,8 @@ def schedule_round(
     settings: dict[str, str] | None = None,
 ) -> RoundResult:
     """One round on the clusters of `config_dir` (default: CPN_CONFIG, as `cpn up` sets it, else the
-    built-in demo profile) over the job store of this cpn home ($CPN_HOME).
+    built-in demo profile), by its teams (`teams.yaml`) when it has them, over the job store of this cpn
+    home ($CPN_HOME).
 
     `policy` and `settings` (`{"preemption": "true"}`, as `--set` pairs) override the profile's policy.yaml
     (config.policies.SchedulerPolicy.overridden); `dry_run` only reads: it decides and publishes the decision
@@ -114,8 +117,11 @@ def schedule_round(
     (simulated clusters only). A run that is not dry fails with StoreLeased, naming the holder, while another
     process (`cpn run`) schedules the store.
     """
-    profile = load_settings(config_dir or str(runtime_settings().config_dir))
-    service = open_service(profile, profile.policy.overridden(policy, settings), estimates, dry_run=dry_run)
+    folder = config_dir or str(runtime_settings().config_dir)
+    profile = load_settings(folder)
+    teams = service_teams(folder, profile.clusters)
+    policy_now = profile.policy.overridden(policy, settings)
+    service = open_service(profile, policy_now, estimates, dry_run=dry_run, teams=teams)
     try:
         return run_round(service.scheduler, dry_run=dry_run, clusters=clusters or ())
     finally:

@@ -25,7 +25,7 @@ from config.policies import (
 from config.settings import DATA_DIR, ClustersConfig, load_model
 from config.teams import load_teams
 from cpn.bench.bound import LowerBound, lower_bound
-from cpn.bench.recorder import RecordingPolicy, record_on, solver_summary, start_errors
+from cpn.bench.recorder import RecordingPolicy, solver_summary, start_errors
 from cpn.bench.report import JobTimeline, busy_of, copies_per_job, summarize, timelines
 from cpn.bench.teams import team_figures, work_figures
 from cpn.bootstrap import build_simulation
@@ -113,9 +113,18 @@ def run_policy(
     `forecast` False replays without the forward look (as plain replays run): the engine's own cost, and
     predicted starts only where the policy's own plan gives them."""
     recorder = RecordingPolicy(make_policy(settings))
-    sim = build_simulation(clusters, ":memory:", recorder, table, cpu_threshold, estimator)
-    sim.scheduler.teams = teams
-    forecaster = record_on(sim.scheduler, recorder, forecast=forecast)
+    sim = build_simulation(
+        clusters,
+        ":memory:",
+        recorder,
+        table,
+        cpu_threshold,
+        estimator,
+        teams=teams,
+        on_decision=recorder.observe,
+        forecast=forecast,
+    )
+    forecaster = sim.scheduler.forecaster
     started = time.perf_counter()
     replay(sim.scheduler, sim.simulator, sim.clock, arrivals_from_jobs(jobs), migrator=sim.migrator)
     wall = time.perf_counter() - started

@@ -13,12 +13,10 @@ import math
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cpn.bench.report import JobTimeline
 from cpn.decisions import Decision, Estimate, Snapshot, SolverRound
-from cpn.engine.forecast import Forecaster
-from cpn.engine.scheduler import Scheduler
 from cpn.jobs import JobSpec
 from cpn.policies.base import Policy, Traits, looked_forward_with
 from cpn.rules import POOLS_FOR_KIND
@@ -49,8 +47,9 @@ class RecordingPolicy:
 
     @property
     def traits(self) -> Traits:
-        """The wrapped policy's (the look replays what it looks with, not the recorder)."""
-        return self.policy.traits
+        """The wrapped policy's, the forward look replaying what that policy looks with: the look's simulated
+        rounds are no rounds of the run, and the recorder records none of them."""
+        return replace(self.policy.traits, looks_with=looked_forward_with(self.policy))
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """The wrapped policy's decision, unchanged."""
@@ -112,18 +111,6 @@ class RecordingPolicy:
                 if s.node.gpu_type in gpu_types and s.node.usage in pools
             )
         return self._cards[key]
-
-
-def record_on(
-    scheduler: Scheduler, recorder: RecordingPolicy, keep_plan: bool | None = None, forecast: bool = True
-) -> Forecaster | None:
-    """Have `scheduler`, which decides by `recorder`, look forward with the policy `recorder` wraps (as
-    `looked_forward_with` says; its simulated rounds are no rounds of the run; `keep_plan` as `Forecaster`
-    takes it; none with `forecast` False) and hand `recorder` each round's final decision; returns the
-    forecaster (its `spent_s` is what the forward look cost), None without one."""
-    scheduler.forecaster = Forecaster(looked_forward_with(recorder.policy), keep_plan) if forecast else None
-    scheduler.on_decision = recorder.observe
-    return scheduler.forecaster
 
 
 def _runtimes(estimates: Mapping[str, Estimate]) -> dict[str, float]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from config.policies import PolicySettings
 from config.settings import ClustersConfig
-from cpn.bench.recorder import RecordingPolicy, record_on
+from cpn.bench.recorder import RecordingPolicy
 from cpn.bootstrap import build_simulation
 from cpn.formats.throughput import ThroughputTable
 from cpn.policies import make_policy
@@ -93,8 +93,16 @@ def bench_solver(
     clusters = generated_clusters(gpus)
     queue = generate_queue(jobs * (rounds + 1), seed, table, clusters)
     recorder = RecordingPolicy(make_policy(settings))
-    sim = build_simulation(clusters, ":memory:", recorder, table, estimator=OracleEstimates(table))
-    forecaster = record_on(sim.scheduler, recorder)
+    sim = build_simulation(
+        clusters,
+        ":memory:",
+        recorder,
+        table,
+        estimator=OracleEstimates(table),
+        on_decision=recorder.observe,
+        forecast=True,
+    )
+    forecaster = sim.scheduler.forecaster
     sim.store.submit(queue[:jobs])
     given = jobs
     looks, cpu = [], []

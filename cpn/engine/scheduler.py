@@ -270,6 +270,8 @@ class Scheduler:
         forecast: bool = True,
         forecast_share: float | None = None,
         teams: Teams | None = None,
+        on_decision: Callable[[Snapshot, Decision], None] | None = None,
+        cluster_book: Callable[[], bool] | None = None,
     ) -> None:
         if (transfers is None) != (migrator is None):
             raise ValueError("give both transfers and migrator, or neither")
@@ -298,9 +300,9 @@ class Scheduler:
         plan predicts starts."""
         self.teams = teams
         """Teams, quotas and weights the policy orders and limits by (Snapshot.teams); None = no teams."""
-        self.on_decision: Callable[[Snapshot, Decision], None] | None = None
+        self.on_decision = on_decision
         """Called with each round's snapshot and final decision (a benchmark records the predictions)."""
-        self.cluster_book: Callable[[], bool] | None = None
+        self.cluster_book = cluster_book
         """Called first in every round: brings the cluster set up to the store's (cpn.adapters.clusters
         ClusterBook.refresh); True if it changed (transfer times are worked out anew). None: a fixed set."""
         self._explained_at = -math.inf

@@ -1,5 +1,5 @@
 """One verdict everywhere: a job no cluster can ever take is rejected in the first round, with the same
-reason, by every policy, by `cpn plan`'s engine and by the scheduling round `cpn run` runs; and every
+reason, by every policy, by `cpn plan`'s dry run and by the scheduling round `cpn run` runs; and every
 queued job has a current waiting reason, also in the round it comes back to the queue.
 
 The same through the `cpn plan` command and the `schedule-round` flow: tests/e2e/test_one_verdict.py.
@@ -12,7 +12,7 @@ import pytest
 from cpn.adapters.migrator import MigrationDone
 from cpn.clock import SimClock
 from cpn.decisions import Estimate, Placement, Snapshot
-from cpn.engine.plan import plan
+from cpn.engine.dry_run import planned_jobs
 from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node, NodeState, Taint
@@ -86,14 +86,14 @@ def test_the_plan_the_round_and_every_policy_give_the_same_reason():
         verdicts.append(
             {r.job_id: r.reason for r in policy.decide(Snapshot(0.0, jobs, free, estimates(jobs))).rejections}
         )
-        planned = plan(
-            jobs, free, make_policy(name), binders={}, validate=lambda *_: None, estimates=estimates(jobs)
-        )
-        verdicts.append({p.job_id: p.reason for p in planned if p.outcome == "rejected"})
         clock = SimClock()
         with JobStore(":memory:", clock=clock) as store:
             store.submit(jobs)
             gateway = SimulatedGateway(NODES, GroundTruth(TABLE), clock)
+            dry = Scheduler(store, gateway, make_policy(name), clock, estimator=OracleEstimates(TABLE))
+            snapshot = dry.snapshot()  # the dry run's stages (cpn plan's), then the round's own
+            planned = planned_jobs(snapshot, dry.decide(snapshot), binders={}, validate=lambda *_: None)
+            verdicts.append({p.job_id: p.reason for p in planned if p.outcome == "rejected"})
             Scheduler(store, gateway, policy, clock, estimator=OracleEstimates(TABLE)).round()
             verdicts.append(reasons_of(store))
     assert set(verdicts[0]) == set(IMPOSSIBLE)

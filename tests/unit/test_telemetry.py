@@ -135,7 +135,7 @@ class Gateway:
 
 def test_submissions_are_counted_per_cluster_and_outcome(store):
     t = Telemetry(store)
-    gateway = CountingGateway(Gateway({"lab/b": True, "lab/c": False}), t)
+    gateway = CountingGateway(Gateway({"lab/b": True, "lab/c": False}), t.ports)
     gateway.submit(SPEC, Placement("lab/a", "c1", "n1", 2))
     for name in ("b", "c"):
         with pytest.raises(SubmitRejected):
@@ -167,7 +167,7 @@ def test_copies_count_bytes_seconds_and_failures_per_destination(store):
         MigrationDone("lab/d", "c1", 8.0),  # simulated: nothing measured
     ]
     inner = Migrator(done)
-    migrator = CountingMigrator(inner, t)
+    migrator = CountingMigrator(inner, t.ports)
     migrator.start(SPEC, "c1", "c2")
     assert inner.started == [("lab/a", "c1", "c2")]
     assert migrator.poll() == done
