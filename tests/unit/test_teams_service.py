@@ -12,11 +12,10 @@ import yaml
 from fastapi.testclient import TestClient
 
 from cli import main
-from cli.run import service_teams
 from config.settings import load_profile
 from cpn.api import create_app
 from cpn.auth import ApiSecurity, Authenticator, create_token
-from cpn.bootstrap import Service, build_service
+from cpn.bootstrap import Service, build_service, service_teams
 from cpn.engine.team_view import TeamBoard
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import nodes_from_config
@@ -88,7 +87,7 @@ def started(service: Service) -> list[str]:
 
 
 def test_cpn_run_places_by_team_order_with_a_teams_file(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="cpn.run"):
+    with caplog.at_level(logging.WARNING, logger="cpn.bootstrap"):
         service = one_round(tmp_path / "teams", TEAMS)
     assert started(service) == ["a/j1", "b/j1"]  # b, below its quota, goes before a's second job
     assert service.store.get("a/j2").state == JobState.QUEUED
