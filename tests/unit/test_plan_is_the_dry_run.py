@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ import yaml
 from cli import main
 from config.settings import load_profile
 from cpn.bootstrap import Service, build_service, open_dry_run, service_teams
-from cpn.decisions import Decision
+from cpn.decisions import Decision, Estimate
+from cpn.engine.dry_run import planned_jobs
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.jobs import ON_CLUSTER, JobSpec, JobState
 from cpn.sim.estimates import OracleEstimates
@@ -180,3 +182,39 @@ def test_a_manifest_whose_job_is_stored_with_other_content_is_refused(home, tmp_
     ]
     assert main([*argv, str(manifest)]) == 2
     assert "job a/j3 is in the job store with other content" in capsys.readouterr().err
+
+
+class Exploring:
+    """Estimates that say every job is to explore (a model the predictor has never seen)."""
+
+    def estimates(self, jobs, gpu_types):
+        return {
+            j.job_id: {g: Estimate(3600.0, uncertainty=1.0, explore=True) for g in gpu_types} for j in jobs
+        }
+
+
+class Binding:
+    """A binder that keeps the spec and placement it binds, as the objects it would submit."""
+
+    def bind(self, job: JobSpec, placement) -> tuple[dict, ...]:
+        return ({"spec": job, "placement": placement},)
+
+
+def test_a_sharing_job_to_explore_is_planned_alone_on_a_whole_card_before_any_store_exists(home, tmp_path):
+    profile = load_profile(home / "config")
+    sharing = replace(job("c/share"), gpu_share=0.5)
+    missing = tmp_path / "no-store-yet.db"
+    service = open_dry_run(
+        profile.clusters, missing, profile.policy, TABLE, estimator=Exploring(), proposed=[sharing]
+    )
+    try:
+        view = service.scheduler.snapshot()
+        (planned,) = planned_jobs(
+            view, service.scheduler.decide(view), binders={"c": Binding()}, validate=lambda *_: None
+        )
+    finally:
+        service.close()
+    assert (planned.outcome, planned.explore, planned.gpus) == ("placed", True, 1)
+    (bound,) = planned.objects
+    assert bound["spec"] == replace(sharing, gpu_share=None, arrival_s=bound["spec"].arrival_s)
+    assert not missing.exists(), "an empty store in memory: no file made"
