@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -77,6 +77,14 @@ class PortWrappers(Protocol):
 
 
 @dataclass
+class HeldLease:
+    """The store's scheduler lease a service holds now: its scheduler reads it here every round
+    (Scheduler.lease), and the service alone changes it, as it takes the lease or loses it."""
+
+    lease: SchedulerLease | None = None
+
+
+@dataclass
 class Service:
     """Everything a run uses: the production scheduler over the configured clusters."""
 
@@ -93,9 +101,8 @@ class Service:
     """Moves simulated clusters along the wall clock (`cpn run` only)."""
     journal: JournaledGateway | None = None
     """The simulated clusters' submission journal (`cpn run` only)."""
-    lease: SchedulerLease | None = None
-    """The store's scheduler lease a live service that writes holds (None: read-only, a replay, or a
-    standby until it takes the lease, `try_lead`)."""
+    held: HeldLease = field(default_factory=HeldLease)
+    """The store's scheduler lease a live service that writes holds (`lease`)."""
     purpose: str = "cpn"
     """What the lease names this process for (cpn.engine.lease.holder_name)."""
     lease_ttl_s: float = LEASE_TTL_S
@@ -112,6 +119,12 @@ class Service:
         return sum(n.gpu_count for n in self.nodes)
 
     @property
+    def lease(self) -> SchedulerLease | None:
+        """The store's scheduler lease this service holds (None: read-only, a replay, or a standby until it
+        takes the lease, `try_lead`)."""
+        return self.held.lease
+
+    @property
     def leads(self) -> bool:
         """Whether this service holds the store's scheduler lease (the leader among replicas)."""
         return self.lease is not None
@@ -121,10 +134,9 @@ class Service:
         leads now. A standby calls it every few seconds, then `start`s (reconciling) once it leads."""
         if self.lease is None:
             try:
-                self.lease = SchedulerLease(self.store, self.purpose, self.lease_ttl_s)
+                self.held.lease = SchedulerLease(self.store, self.purpose, self.lease_ttl_s)
             except StoreLeased:
                 return False
-            self.scheduler.lease = self.lease
         return True
 
     def step_down(self) -> None:
@@ -135,7 +147,7 @@ class Service:
                 self.lease.release()  # frees nothing: another process holds it, or it lapsed
             except StoreError as exc:  # unreachable: the lease lapses by itself
                 log.warning("stepping down without releasing the scheduler lease: %s", exc)
-            self.lease = self.scheduler.lease = None
+            self.held.lease = None
 
     def start(self) -> None:
         """Bring a live service up to where it stopped, or where the leader before it left: replay the
@@ -158,7 +170,7 @@ class Service:
         self.gateway.close()
         if self.lease is not None:
             self.lease.release()
-            self.lease = None
+            self.held.lease = None
         self.store.close()
 
 
@@ -323,6 +335,7 @@ def build_service(
             sim_clock.advance_to(now)
         parts = [p for p in (simulator, migrator) if isinstance(p, (SimulatedGateway, SimulatedMigrator))]
         driver = SimDriver(sim_clock, parts, timeline, wall)
+    held = HeldLease(lease)
     cluster_book = None
     if live and not read_only:
 
@@ -349,7 +362,7 @@ def build_service(
         migrator=migrator if ports is None else ports.migrator(migrator),
         node_load=node_load,
         explain_every_s=0.0 if live else REPLAY_EXPLAIN_EVERY_S,
-        lease=lease,
+        lease=lambda: held.lease,
         forecast=live if forecast is None else forecast,
         forecast_share=LIVE_SHARE if live else None,
         teams=teams,
@@ -366,7 +379,7 @@ def build_service(
         migrator=migrator,
         driver=driver,
         journal=journal,
-        lease=lease,
+        held=held,
         purpose=purpose,
         lease_ttl_s=lease_ttl_s,
     )

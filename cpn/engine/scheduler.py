@@ -15,8 +15,9 @@ runs them in one call, the Prefect flow runs each as a task of its own, to time 
    explain, see `explain_every_s`).
 
 A dry run (`run_stages(..., dry_run=True)`) runs only `snapshot` and `decide`: it writes nothing.
-A scheduler given a `lease` (cpn.engine.lease, renewed on its own thread) checks it before it collects and
-before it records a decision, and stops with LeaseLost once it is lost.
+A scheduler given a `lease` (cpn.engine.lease, renewed on its own thread; read through a callable, as its
+service takes and loses it) checks it before it collects and before it records a decision, and stops with
+LeaseLost once it is lost.
 
 `reconcile` runs once at start-up: it settles jobs a crash left between two transitions against
 what the clusters and the migrator say, so a restart loses nothing and submits nothing twice.
@@ -266,7 +267,7 @@ class Scheduler:
         node_load: NodeLoad | None = None,
         oom_retries: int = 1,
         explain_every_s: float = 0.0,
-        lease: SchedulerLease | None = None,
+        lease: Callable[[], SchedulerLease | None] | None = None,
         forecast: bool = True,
         forecast_share: float | None = None,
         teams: Teams | None = None,
@@ -290,8 +291,7 @@ class Scheduler:
         """Ask the policy why jobs wait at most once per this many seconds of wall time, as the clock's
         `monotonic` reads it (0: every round).
         Explaining costs time in proportion to the queue; a replay throttles it, the live service does not."""
-        self.lease = lease
-        """The store's scheduler lease it acts under; None where no other process schedules the store."""
+        self._lease = lease
         self.forecaster: Forecaster | None = (
             Forecaster(looked_forward_with(policy), max_share=forecast_share) if forecast else None
         )
@@ -348,6 +348,13 @@ class Scheduler:
         so a dry run's decision vets nothing for good."""
         self._node_set: tuple[Node, ...] = ()
         """The nodes of the latest inventory, to tell when they changed."""
+
+    @property
+    def lease(self) -> SchedulerLease | None:
+        """The store's scheduler lease it acts under now, as `lease` (given to it) reads it: its service's,
+        which a standby takes later and a leader that lost it lets go; None where no other process schedules
+        the store."""
+        return None if self._lease is None else self._lease()
 
     def _move(self, job_id: str, state: JobState, **kw: object) -> bool:
         """Record a reported transition; False (nothing written) when the store already reflects it or
