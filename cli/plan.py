@@ -33,7 +33,7 @@ from config.runtime import job_store, runtime_settings
 from config.settings import DEMO_DIR, ConfigError, load_profile
 from cpn.bootstrap import open_dry_run, service_teams
 from cpn.decisions import Decision, Snapshot
-from cpn.engine.dry_run import PlannedJob, planned_jobs
+from cpn.dry_run import PlannedJob, planned_jobs
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.intake import IntakeError, parse_manifests
 from cpn.store import StoreError

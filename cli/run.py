@@ -19,11 +19,11 @@ from cpn.bootstrap import PortWrappers, Service, build_service, service_teams
 from cpn.engine.lease import holder_name
 from cpn.engine.live import LiveLoop
 from cpn.engine.scheduler import RoundResult
-from cpn.engine.team_view import TeamBoard
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputFormatError, ThroughputTable
 from cpn.inventory import nodes_from_config
 from cpn.sim.driver import Timeline
 from cpn.store import StoreError
+from cpn.views.team_board import TeamBoard
 
 log = logging.getLogger("cpn.run")
 

@@ -11,10 +11,10 @@ from config.runtime import job_store
 from config.settings import DEMO_DIR, ClustersConfig, ConfigError, load_model
 from config.teams import TEAMS_FILE, TeamsConfig, folder_teams, load_teams, quota_warnings
 from cpn.adapters.clusters import clusters_now
-from cpn.engine.team_view import TeamBoard
 from cpn.inventory import nodes_from_config
 from cpn.policies.teams import quota_cards, teams_of
 from cpn.store import JobStore, StoreError
+from cpn.views.team_board import TeamBoard
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -31,7 +31,7 @@
   at the scheduler's next round (cpn.adapters.clusters); only for a token for every namespace (403 otherwise),
   404 for an unknown cluster, 409 for a change the set refuses, 422 for a cluster that fails validation.
 - `GET /teams`: each team's weight, quota, borrowing limit, cards in use, borrowed cards, share and queued
-  jobs, as `cpn teams` prints them (cpn.engine.team_view), in `cpn run` with a teams file; a namespace token
+  jobs, as `cpn teams` prints them (cpn.views.team_board), in `cpn run` with a teams file; a namespace token
   sees the teams of its namespaces only; 404 where the service has no teams.
 - `GET /healthz`: the API is up (no token needed), and, in `cpn run`, `"leader"`: whether this replica
   leads the scheduling loop; job counts per state with a token for every namespace.
@@ -70,7 +70,6 @@ from config.settings import ConfigError
 from cpn.adapters.clusters import cluster_summary, cluster_to_add
 from cpn.adapters.gateway import NoLog
 from cpn.auth import ANONYMOUS, ApiSecurity, Principal, hide_other_jobs
-from cpn.engine.team_view import TeamBoard
 from cpn.intake import IntakeError, Reading, read_manifests
 from cpn.jobs import JobSpec, JobState
 from cpn.safe_yaml import clip
@@ -86,6 +85,7 @@ from cpn.store import (
     UnknownCluster,
     UnknownJob,
 )
+from cpn.views.team_board import TeamBoard
 
 log = logging.getLogger("cpn.api")
 
@@ -267,7 +267,7 @@ def create_app(
 
     @app.get("/teams")
     def list_teams(request: Request) -> dict[str, Any]:
-        """Each team's standing (cpn.engine.team_view.TeamBoard.rows), only the teams of the caller's
+        """Each team's standing (cpn.views.team_board.TeamBoard.rows), only the teams of the caller's
         namespaces for a namespace token."""
         if teams is None:
             raise _BadRequest("this service has no teams: put a teams.yaml in its config folder", 404)

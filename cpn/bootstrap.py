@@ -2,14 +2,19 @@
 
 `build_service` wires the job store, the clock, one gateway per cluster (the Kubernetes gateway for a
 cluster whose config names a kubeconfig context, the simulated one otherwise), the migrator, the
-estimate source and the policy into the production Scheduler. The replay, the demo, the benchmarks
-and the live service (`cpn run`) all build through it; they differ only in `time_scale`:
+estimate source, the policy and the teams (`service_teams`) into the production Scheduler, built once:
+what an entrance adds is handed in (`PortWrappers` around its ports, an observer of its decisions), and
+nothing rewires a scheduler once built (the lease it acts under is its service's, `HeldLease`). Every
+entrance builds through it: `cpn run` (and so `cpn up`), the `schedule-round` flow, `cpn plan`, the demo,
+the benchmarks and replays. They differ in `time_scale` and whether they write:
 
 - `None` (replays, benchmarks, the demo): simulated time jumps from event to event, driven by the
   replay (cpn.sim.replay);
-- a number (`cpn run`): simulated clusters follow the wall clock that many times faster
+- a number (`cpn run`, the flow): simulated clusters follow the wall clock that many times faster
   (cpn.sim.driver), their submissions journaled beside a store file, or in a server's store, so a
-  restart, or a standby that takes over, resumes them.
+  restart, or a standby that takes over, resumes them;
+- read-only (`open_dry_run`: `cpn plan` and the flow's dry run): that service over the store opened for
+  reading, the round without an executor (cpn.dry_run).
 
 Nothing connects to a real system at import time; client libraries load only for clusters that need
 them. The estimate source is chosen by name in models.sources and handed in here.
@@ -33,7 +38,7 @@ from cpn.adapters.gateway import ClusterGateway
 from cpn.adapters.migrator import Migrator
 from cpn.clock import Clock, SimClock, WallClock
 from cpn.decisions import Decision, Snapshot, Teams
-from cpn.engine.dry_run import WithProposed
+from cpn.dry_run import WithProposed
 from cpn.engine.forecast import LIVE_SHARE
 from cpn.engine.lease import LEASE_TTL_S, SchedulerLease
 from cpn.engine.live_load import MeasuredLoad
@@ -257,7 +262,7 @@ def build_service(
     round's final decision (a benchmark's recorder, cpn.bench.recorder), `forecast` says whether it looks
     forward to predict starts (None: a live service does, a replay does not). A `read_only` service's
     scheduler may be shown `proposed` jobs the store does not hold, queued after the stored ones
-    (cpn.engine.dry_run.WithProposed: what `cpn plan FILE...` asks about). A read-only `:memory:` store is
+    (cpn.dry_run.WithProposed: what `cpn plan FILE...` asks about). A read-only `:memory:` store is
     an empty one (a dry run before any store was made).
     """
     if proposed and not read_only:
@@ -398,7 +403,7 @@ def open_dry_run(
 ) -> Service:
     """The round without an executor: the service `cpn run` builds over the store at `store_path`, opened
     read-only and brought up to now (the simulated clusters' journal read, their clock caught up; nothing
-    reconciled), on which a dry run takes the snapshot and decides (cpn.engine.dry_run). The
+    reconciled), on which a dry run takes the snapshot and decides (cpn.dry_run). The
     `schedule-round` flow's dry run and `cpn plan` both open it, so they decide alike on every queued job. A
     store file not made yet is an empty store; `proposed` jobs are queued after the stored ones (`cpn plan
     FILE...`)."""

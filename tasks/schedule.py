@@ -21,8 +21,8 @@ from prefect.events import emit_event
 
 from cpn.adapters.gateway import JobEvent
 from cpn.decisions import Decision, Placement, Snapshot
-from cpn.engine.round_view import decision_rows, only_clusters
 from cpn.engine.scheduler import Scheduler
+from cpn.views.decision_table import decision_rows, only_clusters
 
 COMPLETED_EVENT = "cpn.job.completed"
 """Prefect event emitted once per job a cluster reports succeeded; the retrain deployment counts them."""

@@ -40,11 +40,11 @@ from cpn.api import LogSource, cancel_answer, reader, redact_manifest, redact_te
 from cpn.auth import ApiSecurity, Principal
 from cpn.decisions import NEVER, Estimate, WaitCode, never_starts
 from cpn.engine.scheduler import EstimateSource
-from cpn.engine.team_view import TeamBoard
 from cpn.jobs import FINISHED, JobState
 from cpn.store import JobRecord, JobStore, Transition, UnknownJob
 from cpn.times import between, clock_time, duration, relative
 from cpn.ui.capacity import CapacityView
+from cpn.views.team_board import TeamBoard
 
 PAGE_SIZE = 50
 """Jobs per queue page (more when a page of the store holds more matches)."""

@@ -11,11 +11,11 @@ from fastapi.testclient import TestClient
 from cpn.api import create_app
 from cpn.auth import HIDDEN_JOB, ApiSecurity, Authenticator, Principal, create_token, hide_other_jobs
 from cpn.decisions import Team, Teams, Waiting
-from cpn.engine.team_view import TeamBoard
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec, JobState
 from cpn.ui.capacity import Capacity
 from cpn.ui.pages import mount_ui
+from cpn.views.team_board import TeamBoard
 from tests.unit.conftest import HOSTS
 
 NODE = Node("c1", "n-0", "Tesla-V100-SXM2-16GB", 4, 16, 32, "training")

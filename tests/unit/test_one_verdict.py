@@ -12,7 +12,7 @@ import pytest
 from cpn.adapters.migrator import MigrationDone
 from cpn.clock import SimClock
 from cpn.decisions import Estimate, Placement, Snapshot
-from cpn.engine.dry_run import planned_jobs
+from cpn.dry_run import planned_jobs
 from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node, NodeState, Taint

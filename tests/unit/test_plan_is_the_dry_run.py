@@ -17,7 +17,7 @@ from cli import main
 from config.settings import load_profile
 from cpn.bootstrap import Service, build_service, open_dry_run, service_teams
 from cpn.decisions import Decision, Estimate
-from cpn.engine.dry_run import planned_jobs
+from cpn.dry_run import planned_jobs
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.jobs import ON_CLUSTER, JobSpec, JobState
 from cpn.sim.estimates import OracleEstimates

@@ -16,12 +16,12 @@ from config.settings import load_profile
 from cpn.api import create_app
 from cpn.auth import ApiSecurity, Authenticator, create_token
 from cpn.bootstrap import Service, build_service, service_teams
-from cpn.engine.team_view import TeamBoard
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import nodes_from_config
 from cpn.jobs import ON_CLUSTER, JobSpec, JobState
 from cpn.sim.estimates import OracleEstimates
 from cpn.ui.pages import mount_ui
+from cpn.views.team_board import TeamBoard
 
 TABLE = ThroughputTable([ThroughputRow("ResNet-18", 32, "v100", 1, 1.0)])
 CLUSTERS = {

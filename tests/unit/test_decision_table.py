@@ -7,9 +7,9 @@ from types import MappingProxyType
 import pytest
 
 from cpn.decisions import Decision, Estimate, Placement, Rejection, Snapshot, Waiting
-from cpn.engine.round_view import decision_rows, only_clusters
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
+from cpn.views.decision_table import decision_rows, only_clusters
 
 
 def node(cluster: str, name: str, gpu: str) -> NodeState:
