@@ -22,7 +22,7 @@ from config.policies import run_name
 from config.runtime import runtime_settings, sqlite_uri
 from config.settings import DEMO_DIR
 from cpn.bench.report import format_summary
-from cpn.bootstrap import build_simulation
+from cpn.bootstrap import build_simulation, service_teams
 from cpn.engine.explore import RuntimeCheck, held_out_model, table_without
 from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
@@ -92,7 +92,7 @@ def demo(
     settings: dict[str, str] | None = None,
 ) -> dict:
     """Run the whole pipeline on the simulated clusters of `config_dir` (default: the built-in demo
-    profile) and write a report to `out`.
+    profile), by its teams (`teams.yaml`) when it has them, and write a report to `out`.
 
     `policy`, `settings` (`--set` pairs), `jobs` and `seed` override the profile's policy.yaml and
     demo.yaml. `estimates` is what the policy believes about runtimes: `oracle`, `predictor` or `champion`
@@ -141,6 +141,7 @@ def demo(
         table,
         cpu_threshold=chosen.cpu_threshold,
         estimator=estimator,
+        teams=service_teams(config, profile.clusters),  # the config folder's, as `cpn run` reads them
     )
     rounds = Rounds(sim.scheduler, profile.demo.stage_rounds_every_s, logger)
     result = replay(
