@@ -1,5 +1,6 @@
 """What the composition root picks from settings: metrics where a cluster names a Prometheus (and the
-fallback to inventory when it does not answer), real copies where every cluster names a registry."""
+fallback to inventory when it does not answer), real copies where every cluster names a registry; and what
+an entrance hands it (counters at the ports, an observer of decisions, teams) is wired in as it builds."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import logging
 from config.settings import ClustersConfig
 from cpn.adapters.registry import SkopeoMigrator
 from cpn.bootstrap import build_service
+from cpn.decisions import Team, Teams
 from cpn.engine.live_load import MeasuredLoad
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.jobs import JobSpec, JobState
 from cpn.sim.estimates import OracleEstimates
 from cpn.sim.migrator import SimulatedMigrator
+from cpn.telemetry import PortCounts
 
 TABLE = ThroughputTable([ThroughputRow("ResNet-18", 32, "v100", 1, 1.0)])
 
@@ -57,3 +60,31 @@ def test_live_clusters_with_registries_copy_for_real_and_replays_never_do(tmp_pa
     assert isinstance(
         build_service(clusters(), ":memory:", "fifo", TABLE, time_scale=1.0).migrator, SimulatedMigrator
     )
+
+
+def test_what_an_entrance_adds_is_wired_in_as_the_scheduler_is_built(tmp_path):
+    # cpn run's counters at the ports, a recorder's observer, the config folder's teams: given to the root,
+    # in place from the first round, with nothing set on the built scheduler
+    counts, seen = PortCounts(), []
+    teams = Teams((Team("a", quota=(("v100", 1),)),), namespaces={"ns": "a"})
+    service = build_service(
+        clusters(),
+        ":memory:",
+        "greedy",
+        TABLE,
+        estimator=OracleEstimates(TABLE),
+        ports=counts,
+        on_decision=lambda snapshot, decision: seen.append(len(decision.placements)),
+        teams=teams,
+    )
+    service.store.submit([JobSpec(job_id="ns/j", model="ResNet-18", batch_size=32, total_steps=10)])
+    service.scheduler.round()
+    assert service.store.get("ns/j").state == JobState.SUBMITTED
+    accepted = [
+        counts.registry.get_sample_value("cpn_submissions_total", {"cluster": c, "outcome": "accepted"}) or 0
+        for c in ("a", "b")
+    ]
+    assert sum(accepted) == 1
+    assert seen == [1]
+    assert service.scheduler.snapshot().teams is teams
+    service.close()
