@@ -170,6 +170,15 @@ class Service:
             if self.driver is not None:  # the copies gone on with that have ended by now
                 self.driver.catch_up()
 
+    def started(self) -> Service:
+        """This service, `start`ed; closed again if it cannot start, so that it holds nothing then."""
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
     def close(self) -> None:
         """Stop the gateways' background work, release the store's lease and close the store."""
         self.gateway.close()
@@ -407,7 +416,7 @@ def open_dry_run(
     `schedule-round` flow's dry run and `cpn plan` both open it, so they decide alike on every queued job. A
     store file not made yet is an empty store; `proposed` jobs are queued after the stored ones (`cpn plan
     FILE...`)."""
-    service = build_service(
+    return build_service(
         clusters,
         store_path if store_exists(store_path) else ":memory:",
         policy.settings,
@@ -420,13 +429,7 @@ def open_dry_run(
         purpose="dry run",
         teams=teams,
         proposed=proposed,
-    )
-    try:
-        service.start()
-    except BaseException:
-        service.close()
-        raise
-    return service
+    ).started()
 
 
 def service_teams(folder: Path | str, clusters: ClustersConfig) -> Teams | None:

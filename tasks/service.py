@@ -55,7 +55,7 @@ def open_service(
         return open_dry_run(
             profile.clusters, settings.store_path, policy, table, estimator=source, teams=teams
         )
-    service = build_service(
+    return build_service(
         profile.clusters,
         settings.store_path,
         policy.settings,
@@ -65,10 +65,4 @@ def open_service(
         time_scale=time_scale,
         purpose="schedule-round",
         teams=teams,
-    )
-    try:
-        service.start()
-    except BaseException:
-        service.close()
-        raise
-    return service
+    ).started()
