@@ -51,7 +51,10 @@ def demo_plan(tmp_path_factory) -> tuple[Path, dict]:
     h20 = out / "h20.yaml"
     h20.write_text(H20_JOB)
     argv = ["plan", "--config", "config/demo", "--out", str(out), "--estimates", "oracle"]
-    assert main([*argv, *map(str, EXAMPLES), str(h20)]) == 1, "the H20 job is rejected: exit 1"
+    with pytest.MonkeyPatch.context() as env:  # a home with no store yet: the queue is the manifests' alone
+        env.setenv("CPN_HOME", str(tmp_path_factory.mktemp("home")))
+        env.delenv("CPN_STORE", raising=False)
+        assert main([*argv, *map(str, EXAMPLES), str(h20)]) == 1, "the H20 job is rejected: exit 1"
     return out, {j["job_id"]: j for j in json.loads((out / "plan.json").read_text())["jobs"]}
 
 
