@@ -252,6 +252,9 @@ class Scheduler:
     With `transfers` and `migrator`, a job placed on a cluster other than the one
     holding its image and data first migrates there (holding no GPU meanwhile) and
     is queued again at the destination; without them, location is ignored.
+
+    Everything it works with is given at construction, as the composition root (cpn.bootstrap) builds it:
+    ports already wrapped, `on_decision` and `cluster_book` among them; nothing is set on it afterwards.
     """
 
     def __init__(
