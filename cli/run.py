@@ -168,6 +168,15 @@ def after_each_round(
     return after
 
 
+def before_each_round(args: argparse.Namespace, service: Service) -> Callable[[], None] | None:
+    """What the loop does before each round: with champion estimates, serve the champion the alias names
+    now (models.learning.ChampionFollower), so one promoted elsewhere serves from the next round."""
+    from models.learning import champion_follower
+
+    follower = champion_follower(service.scheduler, args.estimates)
+    return None if follower is None else follower.before_round
+
+
 def _interval(args: argparse.Namespace, profile: Profile) -> float:
     """Seconds between rounds (checked before the service takes the store's lease)."""
     if args.interval is not None and args.interval <= 0:
@@ -221,7 +230,13 @@ def run_service(args: argparse.Namespace) -> int:
             view = capacity.view()
             telemetry.after_round(result, view.counts, health, view.cordoned)  # what /metrics serves
 
-        loop = LiveLoop(service.scheduler, interval, simulation=service.driver, on_round=after_and_record)
+        loop = LiveLoop(
+            service.scheduler,
+            interval,
+            simulation=service.driver,
+            on_round=after_and_record,
+            before_round=before_each_round(args, service),
+        )
         teams = service.scheduler.teams
         board = None if teams is None else TeamBoard(teams, nodes_from_config(service.clusters))
     except (ConfigError, ThroughputFormatError, StoreError, ValueError, FileNotFoundError) as exc:
