@@ -17,7 +17,7 @@ import httpx
 
 from config.runtime import runtime_settings
 from cpn.decisions import NEVER, never_starts
-from cpn.times import clock_time, from_now, moment_now, parse_api_time
+from cpn.times import between, clock_time, from_now, moment_now, parse_api_time
 
 EXIT_REFUSED = 1
 TIMEOUT_S = 30.0
@@ -151,6 +151,10 @@ def show_job(client: Client, job_id: str, manifest: bool) -> int:
             lines.append(("predicted start", predicted(start, low, high, end)))
         if job["prediction_moved"]:
             lines.append(("moved", job["prediction_moved"]))
+    elif job["predicted_end_at"] is not None:  # a running job's, by its start and estimate
+        end, low, high = (parse_api_time(job[f"predicted_end{k}_at"]) for k in ("", "_low", "_high"))
+        interval = between(low, high)
+        lines.append(("predicted end", moment_now(end) + (f"; {interval}" if interval else "")))
     width = max(len(k) for k, _ in lines)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in lines))
     print(f"\nhistory ({_clock_note(clock)}):")

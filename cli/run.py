@@ -8,8 +8,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from cli.intake import add_security_arguments, security_from_args
 from cli.policy_options import add_policy_arguments, scheduler_policy
@@ -27,6 +28,11 @@ from cpn.inventory import nodes_from_config
 from cpn.policies.teams import quota_cards, teams_of
 from cpn.sim.driver import Timeline
 from cpn.store import StoreError
+
+if TYPE_CHECKING:
+    from cpn.engine.run_end import PredictedEnd
+    from cpn.store import JobRecord
+    from cpn.ui.capacity import Capacity
 
 log = logging.getLogger("cpn.run")
 
@@ -177,6 +183,19 @@ def before_each_round(args: argparse.Namespace, service: Service) -> Callable[[]
     return None if follower is None else follower.before_round
 
 
+def ends_of(
+    service: Service, capacity: Capacity
+) -> Callable[[Sequence[JobRecord]], Mapping[str, PredictedEnd]] | None:
+    """Predicted ends of running jobs for the API: by the scheduler's estimate source on the GPU type of the
+    node each runs on (the latest inventory); None without an estimate source."""
+    from cpn.engine.run_end import running_ends
+
+    source = service.scheduler.estimator
+    if source is None:
+        return None
+    return lambda records: running_ends(records, source, capacity.view().node_gpu or {})
+
+
 def _interval(args: argparse.Namespace, profile: Profile) -> float:
     """Seconds between rounds (checked before the service takes the store's lease)."""
     if args.interval is not None and args.interval <= 0:
@@ -256,6 +275,7 @@ def run_service(args: argparse.Namespace) -> int:
                         clock="simulated" if isinstance(service.clock, SimClock) else "wall",
                         leader=lambda: service.leads,
                         teams=board,
+                        running_ends=ends_of(service, capacity),
                     ),
                     service.store,
                     security,
