@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 
 from config.runtime import runtime_settings
-from cpn.decisions import NEVER, never_starts
 from cpn.times import between, clock_time, from_now, moment_now, parse_api_time
 
 EXIT_REFUSED = 1
@@ -122,6 +121,7 @@ def list_jobs(client: Client, states: list[str] | None) -> int:
 def show_job(client: Client, job_id: str, manifest: bool) -> int:
     """Print one job, its history and the log tails of its failed runs, as the server has them."""
     from cli.intake import _table, predicted
+    from cpn.decisions import NEVER, never_starts
 
     job = client.request("GET", _job_path(job_id))
     clock = job["clock"]
