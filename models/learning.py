@@ -10,8 +10,8 @@ schedule-round flow emits; `cpn run`'s own loop emits none, so the service count
 thread retrains on the table plus every completed job of the store (models.retrain.retrain: the training,
 MLflow runs and champion rule every retraining uses), so a round never waits for training, and has the
 champion source load the outcome at once. Before each round `ChampionFollower` looks at the alias (one
-registry read, tens of milliseconds): when the champion moved, retrained here or promoted by the deployment, that
-round estimates the queued jobs again with it.
+registry read, tens of milliseconds): when the champion moved, retrained here or promoted by the
+deployment, that round estimates the queued jobs again with it.
 """
 
 from __future__ import annotations
