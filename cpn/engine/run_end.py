@@ -11,11 +11,14 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cpn.decisions import Estimate
-from cpn.engine.scheduler import EstimateSource
 from cpn.jobs import JobSpec, JobState
-from cpn.store import JobRecord
+
+if TYPE_CHECKING:
+    from cpn.engine.scheduler import EstimateSource
+    from cpn.store import JobRecord
 
 
 @dataclass(frozen=True)
