@@ -16,8 +16,7 @@ from typing import Any
 import httpx
 
 from config.runtime import runtime_settings
-from cpn.decisions import NEVER, never_starts
-from cpn.times import clock_time, from_now, moment_now, parse_api_time
+from cpn.times import between, clock_time, from_now, moment_now, parse_api_time
 
 EXIT_REFUSED = 1
 TIMEOUT_S = 30.0
@@ -122,6 +121,7 @@ def list_jobs(client: Client, states: list[str] | None) -> int:
 def show_job(client: Client, job_id: str, manifest: bool) -> int:
     """Print one job, its history and the log tails of its failed runs, as the server has them."""
     from cli.intake import _table, predicted
+    from cpn.decisions import NEVER, never_starts
 
     job = client.request("GET", _job_path(job_id))
     clock = job["clock"]
@@ -151,6 +151,10 @@ def show_job(client: Client, job_id: str, manifest: bool) -> int:
             lines.append(("predicted start", predicted(start, low, high, end)))
         if job["prediction_moved"]:
             lines.append(("moved", job["prediction_moved"]))
+    elif job["predicted_end_at"] is not None:  # a running job's, by its start and estimate
+        end, low, high = (parse_api_time(job[f"predicted_end{k}_at"]) for k in ("", "_low", "_high"))
+        interval = between(low, high)
+        lines.append(("predicted end", moment_now(end) + (f"; {interval}" if interval else "")))
     width = max(len(k) for k, _ in lines)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in lines))
     print(f"\nhistory ({_clock_note(clock)}):")

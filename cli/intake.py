@@ -20,18 +20,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cli.tokens import tokens_file_argument, tokens_path
-from config.runtime import job_store, store_exists
-from cpn.auth import LOOPBACK_HOSTS, ApiSecurity, Authenticator, TokenFileError
-from cpn.decisions import NEVER, never_starts
-from cpn.intake import IntakeError, Reading, read_manifests
-from cpn.jobs import JobSpec, JobState
-from cpn.safe_yaml import DEFAULT_LIMITS
-from cpn.store import JobConflict, JobRecord, JobStore, StoreError, UnknownJob
+from cpn.jobs import JobState
 from cpn.times import between, clock_time, from_now, moment_now
 
+# What the commands need is imported where they need it: `cpn jobs` reads the store, not the manifest
+# reader; `cpn jobs --server` neither (cpn start-up time, README "CLI start-up").
 if TYPE_CHECKING:
     from cli.client import Client
+    from cpn.auth import ApiSecurity
+    from cpn.intake import Reading
+    from cpn.jobs import JobSpec
+    from cpn.store import JobRecord, JobStore
 
 _EXIT_REFUSED = 1
 _EXIT_INVALID = 2
@@ -130,6 +129,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def add_security_arguments(p: argparse.ArgumentParser) -> None:
     """The options that say who may use the HTTP API (for `cpn serve` and `cpn run`)."""
+    from cli.tokens import tokens_file_argument
+
     tokens_file_argument(p)
     p.add_argument(
         "--no-auth",
@@ -155,6 +156,9 @@ def add_security_arguments(p: argparse.ArgumentParser) -> None:
 
 def security_from_args(args: argparse.Namespace) -> ApiSecurity:
     """The API's admission rules from `add_security_arguments`' options; ValueError says what is missing."""
+    from cli.tokens import tokens_path
+    from cpn.auth import LOOPBACK_HOSTS, ApiSecurity, Authenticator, TokenFileError
+
     host = args.host.strip("[]")
     if host in _WILDCARD_HOSTS and not args.allowed_host:
         raise ValueError(
@@ -190,10 +194,14 @@ def security_from_args(args: argparse.Namespace) -> ApiSecurity:
 def store_path(arg: str | None) -> Path | str:
     """The store: `--store` (a file or a database URL), else the runtime settings' (`$CPN_STORE`, else
     `$CPN_HOME/jobs.db`)."""
+    from config.runtime import job_store
+
     return job_store(arg)
 
 
 def _open_store(arg: str | None) -> JobStore:
+    from cpn.store import JobStore
+
     return JobStore(store_path(arg))
 
 
@@ -204,6 +212,10 @@ def _fail(command: str, message: str, status: int) -> int:
 
 def run_submit(args: argparse.Namespace) -> int:
     """Parse every file, then queue all their jobs in one transaction; nothing is queued on any error."""
+    from cpn.intake import IntakeError, read_manifests
+    from cpn.safe_yaml import DEFAULT_LIMITS
+    from cpn.store import JobConflict, StoreError
+
     specs: list[JobSpec] = []
     readings: list[Reading] = []
     errors: list[str] = []
@@ -260,6 +272,10 @@ def run_jobs(args: argparse.Namespace) -> int:
         from cli.client import list_jobs
 
         return _remote("jobs", args, lambda client: list_jobs(client, args.state))
+    from config.runtime import store_exists
+    from cpn.decisions import never_starts
+    from cpn.store import StoreError
+
     if not store_exists(store_path(args.store)):
         print(
             f"no jobs: there is no store at {store_path(args.store)} yet; queue jobs with `cpn submit FILE`"
@@ -302,7 +318,9 @@ def _full_id(job_id: str) -> str:
 def run_cancel(job_id: str, store_arg: str | None) -> int:
     """Cancel one job in the store, recorded as cancelled by this shell's user; exit 0 whatever the job's
     state (cancelling is idempotent: the message says what happened), 1 for an unknown job."""
+    from config.runtime import store_exists
     from cpn.api import cancel_answer
+    from cpn.store import StoreError, UnknownJob
 
     job_id = _full_id(job_id)
     missing = f"no job {job_id} in {store_path(store_arg)}; list the jobs with `cpn jobs`"
@@ -350,6 +368,9 @@ def run_job(args: argparse.Namespace) -> int:
         )
     if args.cancel_id is not None:
         return run_cancel(args.cancel_id, args.store)
+    from config.runtime import store_exists
+    from cpn.store import StoreError, UnknownJob
+
     job_id = _full_id(args.job_id)
     missing = f"no job {job_id} in {store_path(args.store)}; list the jobs with `cpn jobs`"
     if not store_exists(store_path(args.store)):
@@ -394,6 +415,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from cpn.api import create_app
+    from cpn.store import StoreError
 
     try:
         security = security_from_args(args)
@@ -434,6 +456,9 @@ def predicted(start: float, low: float | None, high: float | None, end: float | 
 
 
 def _describe(record: JobRecord) -> str:
+    from cpn.decisions import NEVER, never_starts
+    from cpn.intake import Reading
+
     lines = [
         ("job", record.job_id),
         ("state", record.state.value),

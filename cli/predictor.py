@@ -264,7 +264,8 @@ def _completions(args: argparse.Namespace) -> list:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """`cpn predictor train`: a parent MLflow run with one child per estimator; prints the champion decisions.
+    """`cpn predictor train`: one MLflow run per estimator, tagged with one training id; prints the champion
+    decisions.
 
     Trains on the table plus the job store's completed jobs, and records the latest completion on the runs
     (`cpn.completions_until`), as the retraining flow does, so that the next retraining counts only jobs

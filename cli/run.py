@@ -8,8 +8,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from cli.intake import add_security_arguments, security_from_args
 from cli.policy_options import add_policy_arguments, scheduler_policy
@@ -24,6 +25,11 @@ from cpn.inventory import nodes_from_config
 from cpn.sim.driver import Timeline
 from cpn.store import StoreError
 from cpn.views.team_board import TeamBoard
+
+if TYPE_CHECKING:
+    from cpn.engine.run_end import PredictedEnd
+    from cpn.store import JobRecord
+    from cpn.ui.capacity import Capacity
 
 log = logging.getLogger("cpn.run")
 
@@ -156,6 +162,28 @@ def after_each_round(
     return after
 
 
+def before_each_round(args: argparse.Namespace, service: Service) -> Callable[[], None] | None:
+    """What the loop does before each round: with champion estimates, serve the champion the alias names
+    now (models.learning.ChampionFollower), so one promoted elsewhere serves from the next round."""
+    from models.learning import champion_follower
+
+    follower = champion_follower(service.scheduler, args.estimates)
+    return None if follower is None else follower.before_round
+
+
+def ends_of(
+    service: Service, capacity: Capacity
+) -> Callable[[Sequence[JobRecord]], Mapping[str, PredictedEnd]] | None:
+    """Predicted ends of running jobs for the API: by the scheduler's estimate source on the GPU type of the
+    node each runs on (the latest inventory); None without an estimate source."""
+    from cpn.engine.run_end import running_ends
+
+    source = service.scheduler.estimator
+    if source is None:
+        return None
+    return lambda records: running_ends(records, source, capacity.view().node_gpu or {})
+
+
 def _interval(args: argparse.Namespace, profile: Profile) -> float:
     """Seconds between rounds (checked before the service takes the store's lease)."""
     if args.interval is not None and args.interval <= 0:
@@ -209,7 +237,13 @@ def run_service(args: argparse.Namespace) -> int:
             view = capacity.view()
             telemetry.after_round(result, view.counts, health, view.cordoned)  # what /metrics serves
 
-        loop = LiveLoop(service.scheduler, interval, simulation=service.driver, on_round=after_and_record)
+        loop = LiveLoop(
+            service.scheduler,
+            interval,
+            simulation=service.driver,
+            on_round=after_and_record,
+            before_round=before_each_round(args, service),
+        )
         teams = service.scheduler.teams
         board = None if teams is None else TeamBoard(teams, nodes_from_config(service.clusters))
     except (ConfigError, ThroughputFormatError, StoreError, ValueError, FileNotFoundError) as exc:
@@ -229,6 +263,7 @@ def run_service(args: argparse.Namespace) -> int:
                         clock="simulated" if isinstance(service.clock, SimClock) else "wall",
                         leader=lambda: service.leads,
                         teams=board,
+                        running_ends=ends_of(service, capacity),
                     ),
                     service.store,
                     security,

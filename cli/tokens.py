@@ -10,12 +10,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from config.runtime import runtime_settings
 from cpn.auth import ALL_NAMESPACES, TokenFileError, create_token, load_tokens, revoke_token
 
 
 def tokens_path(arg: str | None) -> Path:
     """The tokens file: `--tokens-file`, else `$CPN_TOKENS_FILE`, else `tokens.yaml` in `$CPN_HOME`."""
+    from config.runtime import runtime_settings  # pydantic-settings: not for every command's start
+
     return Path(arg) if arg else runtime_settings().tokens_path
 
 

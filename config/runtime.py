@@ -18,10 +18,6 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from config.benchmarks import BENCHMARKS_YAML
-from config.policies import parse_overrides
-from config.settings import DEMO_DIR
-
 
 class RuntimeSettings(BaseSettings):
     """The state folder of a running cpn and the stores in it (environment variables `CPN_*`)."""
@@ -91,11 +87,15 @@ class RuntimeSettings(BaseSettings):
     @property
     def config_dir(self) -> Path:
         """The config folder flows and commands use when none is named: CPN_CONFIG, else the demo's."""
+        from config.settings import DEMO_DIR  # the config models: not for every command's start (cli)
+
         return self.config or DEMO_DIR
 
     @property
     def policy_overrides(self) -> dict[str, str]:
         """CPN_POLICY_SET as `--set` pairs (ValueError naming a pair that is not KEY=VALUE)."""
+        from config.policies import parse_overrides
+
         return parse_overrides([p for p in self.policy_set.split(",") if p.strip()])
 
     @property
@@ -122,6 +122,8 @@ class RuntimeSettings(BaseSettings):
     def predictor_benchmarks(self) -> Path:
         """The benchmark scores the predictor trains with: this home's ingested ones once
         `ingest-benchmarks` wrote them, else the shipped file."""
+        from config.benchmarks import BENCHMARKS_YAML
+
         return self.benchmarks_path if self.benchmarks_path.exists() else BENCHMARKS_YAML
 
     @property

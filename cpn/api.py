@@ -18,6 +18,9 @@
   it is predicted to start (`predicted_start_at`), the interval that start may fall in
   (`predicted_start_low_at`, `predicted_start_high_at`), when it ends (`predicted_end_at`; null for a
   service) and why the start last moved (`prediction_moved`), each null where nothing was predicted.
+  While it runs (here and in `GET /jobs`): when it should end (`predicted_end_at`: its start plus the
+  scheduler's runtime estimate on its card, cpn.engine.run_end) and the interval the estimate's spread
+  allows (`predicted_end_low_at`, `predicted_end_high_at`; null where narrower than a second).
 - `GET /jobs/{namespace}/{name}/logs?tail=100`: the last lines of the job's log (secret-looking values
   redacted), from its cluster while the cluster has it (`source: cluster`), else the log tail stored with
   its failed run (`source: store`); 404 when there is neither (a job that never ran, or one whose cluster
@@ -55,7 +58,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -70,6 +73,7 @@ from config.settings import ConfigError
 from cpn.adapters.clusters import cluster_summary, cluster_to_add
 from cpn.adapters.gateway import NoLog
 from cpn.auth import ANONYMOUS, ApiSecurity, Principal, hide_other_jobs
+from cpn.engine.run_end import PredictedEnd
 from cpn.intake import IntakeError, Reading, read_manifests
 from cpn.jobs import JobSpec, JobState
 from cpn.safe_yaml import clip
@@ -85,6 +89,7 @@ from cpn.store import (
     UnknownCluster,
     UnknownJob,
 )
+from cpn.times import SAME_S
 from cpn.views.team_board import TeamBoard
 
 log = logging.getLogger("cpn.api")
@@ -133,6 +138,7 @@ def create_app(
     clock: Literal["wall", "simulated"] = "wall",
     leader: Callable[[], bool] | None = None,
     teams: TeamBoard | None = None,
+    running_ends: Callable[[Sequence[JobRecord]], Mapping[str, PredictedEnd]] | None = None,
 ) -> FastAPI:
     """The intake API over `store`, admitting requests as `security` says; the caller owns the store.
 
@@ -143,8 +149,15 @@ def create_app(
     serve`, only stored log tails are served); `clock` is the store's clock, which says how times are
     shown (module doc). `leader` says whether this process leads the store's scheduling (`cpn run`'s
     replicas), which `/healthz` answers as `"leader"`; None (`cpn serve`): not said. `teams`: the teams the
-    scheduler shares the clusters by, which `GET /teams` shows (None: no teams file, 404).
+    scheduler shares the clusters by, which `GET /teams` shows (None: no teams file, 404). `running_ends`
+    predicts when running jobs end (`cpn run` passes cpn.engine.run_end.running_ends over its estimate
+    source and inventory); None: a running job's predicted end is null.
     """
+
+    def ends(records: Sequence[JobRecord]) -> Mapping[str, PredictedEnd]:
+        running = [r for r in records if r.state == JobState.RUNNING]
+        return running_ends(running) if running_ends is not None and running else {}
+
     app = FastAPI(
         title="cpn job intake",
         description="Submit Kubernetes manifests with cpn annotations; read jobs and their history.",
@@ -195,9 +208,10 @@ def create_app(
             after=int(cursor or 0),
             limit=limit,
         )
+        running = ends(records)
         return {
             "clock": clock,
-            "jobs": [_summary(r, clock, hide) for r in records],
+            "jobs": [_summary(r, clock, hide, running.get(r.job_id)) for r in records],
             "next_cursor": None if after is None else str(after),
         }
 
@@ -210,7 +224,7 @@ def create_app(
         record = store.get(job_id)
         hide = reader(store, principal)
         return {
-            **_summary(record, clock, hide),
+            **_summary(record, clock, hide, ends([record]).get(job_id)),
             **_prediction(record, clock, hide),
             "clock": clock,
             "spec": _public_spec(record.spec),
@@ -586,7 +600,9 @@ def _at(t: float | None, clock: str) -> str | float | None:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _summary(record: JobRecord, clock: str, hide: Callable[[str], str]) -> dict[str, Any]:
+def _summary(
+    record: JobRecord, clock: str, hide: Callable[[str], str], running_end: PredictedEnd | None = None
+) -> dict[str, Any]:
     spec = record.spec
     return {
         "job_id": record.job_id,
@@ -604,19 +620,36 @@ def _summary(record: JobRecord, clock: str, hide: Callable[[str], str]) -> dict[
         if record.waiting is None
         else {"code": record.waiting.code, "detail": hide(record.waiting.detail)},
         "predicted_start_at": _at(record.waiting.predicted_start if record.waiting else None, clock),
+        **_end(record, clock, running_end),
+    }
+
+
+def _end(record: JobRecord, clock: str, running_end: PredictedEnd | None) -> dict[str, Any]:
+    """When the job should end: a running one by its start and estimate (`running_end`, with the interval
+    its spread allows), a waiting one by the forward look (no interval); null where none is known, for a
+    service (it never ends), and for an interval narrower than a second (cpn.times.SAME_S: no interval)."""
+    w = record.waiting
+    if running_end is not None:
+        end, low, high = running_end.at, running_end.low, running_end.high
+    else:
+        end = None if w is None or w.predicted_end == math.inf else w.predicted_end
+        low = high = None
+    if low is None or high is None or high - low < SAME_S:
+        low = high = None
+    return {
+        "predicted_end_at": _at(end, clock),
+        "predicted_end_low_at": _at(low, clock),
+        "predicted_end_high_at": _at(high, clock),
     }
 
 
 def _prediction(record: JobRecord, clock: str, hide: Callable[[str], str]) -> dict[str, Any]:
     """A waiting job's forward look beyond its start (cpn.engine.forecast), null where none was made: the
-    interval its start may fall in, its end (null too for a service, which never ends) and why its start
-    last moved (null: it has not)."""
+    interval its start may fall in and why its start last moved (null: it has not)."""
     w = record.waiting
-    end = None if w is None or w.predicted_end == math.inf else w.predicted_end
     return {
         "predicted_start_low_at": _at(w.start_low if w else None, clock),
         "predicted_start_high_at": _at(w.start_high if w else None, clock),
-        "predicted_end_at": _at(end, clock),
         "prediction_moved": hide(w.moved if w else "") or None,
     }
 

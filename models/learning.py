@@ -9,9 +9,9 @@ schedule-round flow emits; `cpn run`'s own loop emits none, so the service count
 (`ServiceRetraining`). After every N jobs that succeeded since it started or last retrained, a background
 thread retrains on the table plus every completed job of the store (models.retrain.retrain: the training,
 MLflow runs and champion rule every retraining uses), so a round never waits for training, and has the
-champion source load the outcome at once. When the champion moves, retrained here or by the deployment
-(which the source sees when it looks at the alias again, at most every `refresh_s` seconds), the queued
-jobs are estimated again with it after the round.
+champion source load the outcome at once. Before each round `ChampionFollower` looks at the alias (one
+registry read, tens of milliseconds): when the champion moved, retrained here or promoted by the
+deployment, that round estimates the queued jobs again with it.
 """
 
 from __future__ import annotations
@@ -79,9 +79,40 @@ def first_champion(
     progress(f"trained in {time.perf_counter() - started:.1f} s: {_outcome(results)}")
 
 
+class ChampionFollower:
+    """Has the scheduler serve the champion the alias names from the round after it moved: `before_round`
+    runs on the loop's thread before each round (cpn.engine.live.LiveLoop)."""
+
+    def __init__(self, scheduler: Scheduler, source: ChampionLoader) -> None:
+        self.scheduler = scheduler
+        self.source = source
+        """The champion source the scheduler estimates with."""
+        self.serving = source.last_good_version
+        """The version the queued jobs were estimated with."""
+
+    def before_round(self) -> None:
+        """Look at the alias (the source keeps its last good model while MLflow fails) and, when another
+        version serves now, estimate the queued jobs again with it."""
+        self.source.load()
+        if self.source.last_good_version != self.serving:
+            log.info(
+                "champion version %s serves now (was %s): estimating the queued jobs again",
+                self.source.last_good_version,
+                self.serving,
+            )
+            self.serving = self.source.last_good_version
+            self.scheduler.forget_estimates()
+
+
+def champion_follower(scheduler: Scheduler, estimates: str) -> ChampionFollower | None:
+    """What keeps `cpn run`'s rounds on the current champion: None unless `estimates` is `champion` (the
+    scheduler's source is then the champion loader)."""
+    return ChampionFollower(scheduler, scheduler.estimator) if estimates == "champion" else None
+
+
 class ServiceRetraining:
-    """Retrains after every `every` completed jobs off the loop's thread, and has the scheduler estimate
-    the queue again when the champion moves; `after_round` runs on the loop's thread after each round."""
+    """Retrains after every `every` completed jobs off the loop's thread (the new champion serves from the
+    next round, ChampionFollower); `after_round` runs on the loop's thread after each round."""
 
     def __init__(
         self,
@@ -102,7 +133,6 @@ class ServiceRetraining:
         self.completed = 0
         """Jobs that succeeded since the service started or the latest retraining began."""
         self._cursor, _ = scheduler.store.changes_since(0)  # completions count from now on
-        self._serving = source.last_good_version
         self._thread: threading.Thread | None = None
 
     @property
@@ -111,16 +141,8 @@ class ServiceRetraining:
         return self._thread is not None and self._thread.is_alive()
 
     def after_round(self) -> None:
-        """Estimate the queue again if the champion moved; count the jobs that succeeded since the last
-        call, and start a retraining in the background when `every` did and none is under way."""
-        if self.source.last_good_version != self._serving:
-            log.info(
-                "champion version %s serves now (was %s): estimating the queued jobs again",
-                self.source.last_good_version,
-                self._serving,
-            )
-            self._serving = self.source.last_good_version
-            self.scheduler.forget_estimates()
+        """Count the jobs that succeeded since the last call, and start a retraining in the background
+        when `every` did and none is under way."""
         self._cursor, changes = self.scheduler.store.changes_since(self._cursor)
         self.completed += sum(c.state == JobState.SUCCEEDED for c in changes)
         if self.completed >= self.every and not self.retraining:

@@ -1,11 +1,12 @@
 """MLflow: one run per trained estimator, the model registry, the `champion` alias, loading with fallback.
 
-`train_and_register` opens one parent run per training session and, per estimator, a child run:
-it trains on the data less a held-out 20% of its configurations, logs parameters, the
-cross-validated splits' metrics (the same names for every estimator), timings, a
-predicted-vs-actual plot and feature importances, and logs the Predictor as a pyfunc model with
-its signature. The `champion` alias moves to the new model only when it beats the current
-champion on the held-out rows the champion did not train on (`challenge`); only then is a
+`train_and_register` logs one top-level run per estimator, all of one training session tagged with the
+same `cpn.training` id (no parent run: the experiment page lists and compares them directly, MLflow's
+runs table groups them by that tag). Each run trains on the data less a held-out 20% of its
+configurations, logs parameters, the cross-validated splits' metrics (the same names for every
+estimator), timings, a predicted-vs-actual plot and feature importances, and logs the Predictor as a
+pyfunc model with its signature. The `champion` alias moves to the new model only when it beats the
+current champion on the held-out rows the champion did not train on (`challenge`); only then is a
 version registered (tagged with its estimator). Every run says why it won or lost (tag
 `champion_decision` and its description).
 
@@ -23,6 +24,7 @@ import logging
 import math
 import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -279,11 +281,12 @@ def train_and_register(
     tags: dict[str, str] | None = None,
     session: str = "train",
 ) -> list[RunResult]:
-    """Train, log each estimator as a child run of one parent run (the session), register what wins.
+    """Train, log each estimator as a top-level run tagged with the session's `cpn.training` id, register
+    what wins.
 
     Sets MLflow's process-wide tracking URI to `tracking_uri`. `params` maps an estimator name to
-    hyperparameters; `splits` are the cross-validated splits to log; `tags` are set on the parent and
-    every child run (retraining records what it trained on there). A version is registered only when
+    hyperparameters; `splits` are the cross-validated splits to log; `tags` are set on every run
+    (retraining records what it trained on there). A version is registered only when
     it takes the champion alias (the first one always does): a session where no estimator beats the
     champion adds no version. Progress is logged on the `models.registry` logger at INFO.
     """
@@ -303,86 +306,80 @@ def train_and_register(
         len(holdout),
         ", ".join(estimators),
     )
-    with mlflow.start_run(experiment_id=experiment_id, run_name=session) as parent:
-        mlflow.set_tags({**(tags or {}), "cpn.session": session})
-        mlflow.log_params({"rows": len(rows), "holdout_rows": len(holdout), "data": data_source})
-        for name in estimators:
-            est_params = (params or {}).get(name, {})
-            with mlflow.start_run(experiment_id=experiment_id, run_name=name, nested=True) as run:
-                mlflow.set_tags({**(tags or {}), "cpn.session": session})
-                log.info("%s: fitting on %d rows", name, len(train))
-                start = time.perf_counter()
-                predictor = fit_predictor(
-                    train, catalog, name, memory_samples, seed=seed, work_runs=work_runs, **est_params
-                )
-                train_s = time.perf_counter() - start
-                log.info("%s: fitted in %.1f s", name, train_s)
-                first_ms, warm_ms = prediction_ms(predictor, rows, catalog, seed)
-                mlflow.log_metrics(
-                    {"train_s": train_s, "predict_1000_ms": warm_ms, "predict_1000_first_ms": first_ms}
-                )
-                mlflow.log_params(
-                    {
-                        "estimator": name,
-                        **predictor.estimator.params(),
-                        "seed": seed,
-                        "spread_scale": predictor.spread_scale,
-                        **{f"spread_floor_{k}": v for k, v in predictor.spread_floor.items()},
-                        "rows": len(rows),
-                        "holdout_rows": len(holdout),
-                        "work_runs": len(predictor.work),
-                        "data": data_source,
-                        "gpu_types": ",".join(catalog.gpu_types()),
-                        "workloads": ",".join(catalog.workloads),
-                    }
-                )
-                _log_evaluation(rows, catalog, name, seed, est_params, splits)
-                predicted = predictor.throughput([query_of(r) for r in holdout])
-                m = metrics(holdout_actual, predicted, holdout_gpus)
-                mlflow.log_metrics({f"holdout_{k}": m[k] for k in LOGGED_METRICS if m[k] is not None})
-                _log_artifacts(
-                    predictor, holdout, predicted, f"{name}: held-out configurations, MAPE {m['mape']:.1%}"
-                )
-                info = mlflow.pyfunc.log_model(
-                    name="model",
-                    python_model=PredictorModel(predictor),
-                    signature=SIGNATURE,
-                    input_example=queries_frame(holdout[:5]),
-                    pip_requirements=_pip_requirements(),
-                )
-                won, reason = challenge(
-                    tracking_uri,
-                    model_name,
-                    holdout,
-                    predicted.steps_per_sec,
-                    catalog.gpu_types(),
-                    work_runs=len(predictor.work),
-                )
-                version = None
-                if won:
-                    version = _register(client, model_name, info.model_uri, run.info.run_id, name, reason)
-                mlflow.set_tags(
-                    {
-                        "champion_decision": reason,
-                        "cpn.champion": str(won).lower(),
-                        "registered_version": version or "none",
-                        "mlflow.note.content": f"{name}: {reason}",
-                    }
-                )
-                log.info(
-                    "%s: run %s, held-out MAPE %.3f; %s%s",
-                    name,
-                    run.info.run_id,
-                    m["mape"],
-                    reason,
-                    f" (version {version})" if version else " (no version registered)",
-                )
-                results.append(RunResult(name, run.info.run_id, version, m["mape"], won, reason))
-        mlflow.set_tag(
-            "mlflow.note.content",
-            "; ".join(f"{r.estimator}: {r.reason}" for r in results) or "no estimator trained",
-        )
-    log.info("%s: parent run %s", session, parent.info.run_id)
+    training = f"{session}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+    for name in estimators:
+        est_params = (params or {}).get(name, {})
+        with mlflow.start_run(experiment_id=experiment_id, run_name=f"{name} ({session})") as run:
+            mlflow.set_tags({**(tags or {}), "cpn.session": session, TRAINING_TAG: training})
+            log.info("%s: fitting on %d rows", name, len(train))
+            start = time.perf_counter()
+            predictor = fit_predictor(
+                train, catalog, name, memory_samples, seed=seed, work_runs=work_runs, **est_params
+            )
+            train_s = time.perf_counter() - start
+            log.info("%s: fitted in %.1f s", name, train_s)
+            first_ms, warm_ms = prediction_ms(predictor, rows, catalog, seed)
+            mlflow.log_metrics(
+                {"train_s": train_s, "predict_1000_ms": warm_ms, "predict_1000_first_ms": first_ms}
+            )
+            mlflow.log_params(
+                {
+                    "estimator": name,
+                    **predictor.estimator.params(),
+                    "seed": seed,
+                    "spread_scale": predictor.spread_scale,
+                    **{f"spread_floor_{k}": v for k, v in predictor.spread_floor.items()},
+                    "rows": len(rows),
+                    "holdout_rows": len(holdout),
+                    "work_runs": len(predictor.work),
+                    "data": data_source,
+                    "gpu_types": ",".join(catalog.gpu_types()),
+                    "workloads": ",".join(catalog.workloads),
+                }
+            )
+            _log_evaluation(rows, catalog, name, seed, est_params, splits)
+            predicted = predictor.throughput([query_of(r) for r in holdout])
+            m = metrics(holdout_actual, predicted, holdout_gpus)
+            mlflow.log_metrics({f"holdout_{k}": m[k] for k in LOGGED_METRICS if m[k] is not None})
+            _log_artifacts(
+                predictor, holdout, predicted, f"{name}: held-out configurations, MAPE {m['mape']:.1%}"
+            )
+            info = mlflow.pyfunc.log_model(
+                name="model",
+                python_model=PredictorModel(predictor),
+                signature=SIGNATURE,
+                input_example=queries_frame(holdout[:5]),
+                pip_requirements=_pip_requirements(),
+            )
+            won, reason = challenge(
+                tracking_uri,
+                model_name,
+                holdout,
+                predicted.steps_per_sec,
+                catalog.gpu_types(),
+                work_runs=len(predictor.work),
+            )
+            version = None
+            if won:
+                version = _register(client, model_name, info.model_uri, run.info.run_id, name, reason)
+            mlflow.set_tags(
+                {
+                    "champion_decision": reason,
+                    "cpn.champion": str(won).lower(),
+                    "registered_version": version or "none",
+                    "mlflow.note.content": f"{name}: {reason}",
+                }
+            )
+            log.info(
+                "%s: run %s, held-out MAPE %.3f; %s%s",
+                name,
+                run.info.run_id,
+                m["mape"],
+                reason,
+                f" (version {version})" if version else " (no version registered)",
+            )
+            results.append(RunResult(name, run.info.run_id, version, m["mape"], won, reason))
+    log.info("%s: training %s, runs %s", session, training, ", ".join(r.run_id for r in results))
     return results
 
 
@@ -415,6 +412,8 @@ class LastTraining:
     """The latest completion time (job store clock) it trained on; None = it trained on no completions."""
 
 
+TRAINING_TAG = "cpn.training"
+"""Run tag: the training session's id (`SESSION-UTCSTAMP-RANDOM`), the same on each estimator's run."""
 COMPLETIONS_UNTIL_TAG = "cpn.completions_until"
 """Run tag: the latest completion time (job store clock) a retraining run included."""
 

@@ -34,27 +34,14 @@ def write_report(sim: Service, out_dir: str, title: str, oracle: EstimateSource 
 
 @task(cache_policy=NO_CACHE)
 def publish_retraining(results: list[RunResult], tracking_uri: str) -> str:
-    """A markdown artifact (key `retraining`): each estimator's MLflow run (linked when the MLflow UI's
-    address is known, $CPN_MLFLOW_UI), its held-out error, and whether it took the champion alias and
-    why (by how much the error moved); returns the artifact id."""
+    """A markdown artifact (key `retraining`, models.retraining_report): links to the session's MLflow runs
+    (when the MLflow UI's address is known, $CPN_MLFLOW_UI) and to their comparison, each estimator's
+    held-out error, and whether it took the champion alias and why; returns the artifact id."""
     from mlflow.tracking import MlflowClient
 
+    from models.retraining_report import retraining_markdown
+
     ui = runtime_settings().mlflow_ui
-    client = MlflowClient(tracking_uri)
-    lines = [
-        "| estimator | version | held-out MAPE | champion | why | MLflow run |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        run = r.run_id
-        if ui:
-            experiment = client.get_run(r.run_id).info.experiment_id
-            run = f"[{r.run_id[:8]}]({ui.rstrip('/')}/#/experiments/{experiment}/runs/{r.run_id})"
-        champion = "yes (alias moved)" if r.champion else "no"
-        lines.append(
-            f"| {r.estimator} | {r.version} | {r.holdout_mape:.1%} | {champion} | {r.reason} | {run} |"
-        )
-    changed = any(r.champion for r in results)
-    store = hide_password(tracking_uri)
-    head = f"Retraining on {store}: the champion {'changed' if changed else 'stayed'}.\n\n"
-    return str(create_markdown_artifact(key="retraining", markdown=head + "\n".join(lines)))
+    experiment = MlflowClient(tracking_uri).get_run(results[0].run_id).info.experiment_id if results else None
+    markdown = retraining_markdown(results, hide_password(tracking_uri), ui, experiment)
+    return str(create_markdown_artifact(key="retraining", markdown=markdown))

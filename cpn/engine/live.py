@@ -86,6 +86,7 @@ class LiveLoop:
         interval_s: float,
         simulation: Simulation | None = None,
         on_round: Callable[[RoundResult], None] | None = None,
+        before_round: Callable[[], None] | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
@@ -93,6 +94,9 @@ class LiveLoop:
         self.interval_s = interval_s
         self.simulation = simulation
         self.on_round = on_round
+        """Called with each round's result, after the round."""
+        self.before_round = before_round
+        """Called before each round (the service looks at the champion's alias there)."""
         self.stats = LoopStats()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -128,6 +132,8 @@ class LiveLoop:
         """One round, simulated clusters first brought up to now."""
         if self.simulation is not None:
             self.simulation.catch_up()
+        if self.before_round is not None:
+            self.before_round()
         result = self.scheduler.round()
         self.stats.rounds += 1
         self.stats.placed += result.placed

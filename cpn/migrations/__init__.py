@@ -70,7 +70,10 @@ def forget(connection: Connection) -> None:
 
 
 def known(revision: str) -> bool:
-    """Whether `revision` is in this cpn's history (False: a newer cpn wrote the store)."""
+    """Whether `revision` is in this cpn's history (False: a newer cpn wrote the store); the head is known
+    without Alembic (an open of a current store imports none of it)."""
+    if revision == HEAD:
+        return True
     history = scripts()
     from alembic.util import CommandError
 

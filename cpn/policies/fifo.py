@@ -4,7 +4,8 @@ Jobs start strictly in queue order: higher `priority` first, then arrival. The h
 option `cpn.policies.placement` offers (own pool before hybrid, then inventory order; pools, taints, CPU
 threshold, gangs and shared cards as that module says); if it cannot start now it blocks everything
 behind it (head-of-line blocking); with teams (cpn.policies.teams), teams take turns in fair order and a
-head blocks only its own team. A job that no node could ever take, even empty, is rejected in the
+head blocks only its own team, and a job its team's limits never let start (`over-quota`, "never")
+blocks no one. A job that no node could ever take, even empty, is rejected in the
 round it is new, wherever it queues (`Capacity.vet`), so the queue never blocks on it. Every job left
 queued gets its reason (cpn.policies.waiting).
 
@@ -50,6 +51,8 @@ class FifoPolicy:
                 placements.append(capacity.take(options[0], job))
             elif not fit.options and (reason := fit.never or capacity.why_never(job)) is not None:
                 rejections.append(Rejection(job.job_id, reason))
+            elif queue.never(job) is not None:  # its team's limits never let it start: it holds no one back
+                left.append(job)
             else:
                 left += [job, *queue.block(job)]
         waiting: tuple = ()

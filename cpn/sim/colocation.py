@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
+from weakref import WeakKeyDictionary
 
 from cpn.formats.throughput import GAVEL_COLOCATED, ThroughputFormatError, ThroughputTable
 from cpn.gpus import canonical_gpu
@@ -41,6 +42,10 @@ def parse_job_name(name: str) -> Config:
     if match:
         return model_key(match["model"]), int(match["batch"])
     return model_key(name), None
+
+
+_READ: WeakKeyDictionary[ThroughputTable, dict[tuple[Path, int], ColocationTable]] = WeakKeyDictionary()
+"""The tables read, per isolated table (while it lives) and (file, modification time)."""
 
 
 def _keyed(config: Config) -> Config:
@@ -64,10 +69,23 @@ class ColocationTable:
     def load(cls, isolated: ThroughputTable, path: Path | str = GAVEL_COLOCATED) -> ColocationTable:
         """Read a co-location CSV; factors are relative to `isolated`'s one-GPU figures.
 
-        Pairs whose jobs the isolated table does not measure on that GPU are left out.
+        Pairs whose jobs the isolated table does not measure on that GPU are left out. The table is read
+        once per `isolated` table and file version (a table is never changed once built): each service a
+        benchmark or a test builds over the same ground truth gets the same one.
         Raises ThroughputFormatError naming file, row and column.
         """
         path = Path(path)
+        try:
+            version = (path.resolve(), path.stat().st_mtime_ns)
+        except FileNotFoundError:
+            raise ThroughputFormatError(f"{path}: file not found") from None
+        read = _READ.setdefault(isolated, {})
+        if version not in read:
+            read[version] = cls._read(isolated, path)
+        return read[version]
+
+    @classmethod
+    def _read(cls, isolated: ThroughputTable, path: Path) -> ColocationTable:
         rates = ScaledThroughput(isolated)
         factors: dict[tuple[str, Config, Config], float] = {}
         try:

@@ -39,6 +39,7 @@ from cpn.api import UI_COOKIE as COOKIE
 from cpn.api import LogSource, cancel_answer, reader, redact_manifest, redact_text
 from cpn.auth import ApiSecurity, Principal
 from cpn.decisions import NEVER, Estimate, WaitCode, never_starts
+from cpn.engine.run_end import predicted_end
 from cpn.engine.scheduler import EstimateSource
 from cpn.jobs import FINISHED, JobState
 from cpn.store import JobRecord, JobStore, Transition, UnknownJob
@@ -199,7 +200,7 @@ def mount_ui(
             predicted = estimates.estimates((record.spec,), (ran_on,)).get(record.job_id, {}).get(ran_on)
         running_end = None
         if record.state == JobState.RUNNING and timing.ended is None:
-            running_end = predicted_end(timing, predicted)
+            running_end = predicted_end(timing.started, predicted)
         live_log = None
         if logs is not None:
             try:
@@ -304,17 +305,6 @@ def run_timing(history: list[Transition], now: float) -> RunTiming:
     return RunTiming(
         transfer, start.time, end, (now if end is None else end) - start.time, start.cluster, start.node
     )
-
-
-def predicted_end(timing: RunTiming, estimate: Estimate | None) -> tuple[float, float, float] | None:
-    """When a running job should end, and the interval its estimate's spread allows (end, low, high):
-    its run's start plus the predicted runtime on its card (a resumed run's restart and earlier work are
-    not known here, so this is the whole run's); None without a start or a finite estimate."""
-    if timing.started is None or estimate is None or not math.isfinite(estimate.runtime_s):
-        return None
-    runtime, spread = estimate.runtime_s, estimate.runtime_s * estimate.uncertainty
-    start = timing.started
-    return start + runtime, start + runtime - spread, start + runtime + spread
 
 
 CHART_W, CHART_H = 720, 200

@@ -1,6 +1,7 @@
 """The service learns by default: a store with no champion gets one trained on the throughput table, and
 `cpn run`'s loop retrains after every N completed jobs in the background, so that the next rounds
-estimate with the new champion, the jobs already queued included, without a restart.
+estimate with the new champion, the jobs already queued included, without a restart; a champion promoted
+by another process (the retrain deployment) serves from the next round.
 
 A SQLite MLflow store and the job store in a temporary cpn home; simulated clusters on the wall clock."""
 
@@ -14,7 +15,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from cli.run import after_each_round, build
+from cli.run import after_each_round, before_each_round, build
 from config.benchmarks import BENCHMARKS_YAML
 from config.settings import load_profile
 from cpn.engine.live import LiveLoop
@@ -120,6 +121,7 @@ def test_cpn_run_retrains_after_n_completions_and_estimates_with_the_new_champio
             1.0,
             simulation=service.driver,
             on_round=after_each_round(args, profile, service),
+            before_round=before_each_round(args, service),
         )
         store = service.store
         store.submit([short(i) for i in range(4)])
@@ -158,3 +160,63 @@ def test_cpn_run_retrains_after_n_completions_and_estimates_with_the_new_champio
     run = client.get_run(version.run_id)
     assert run.data.tags["cpn.session"] == "service-retrain" and "cpn.completions_until" in run.data.tags
     assert run.data.params["data"] == "table + 4 completed jobs"
+
+
+def test_a_champion_promoted_elsewhere_serves_from_the_next_round(home):
+    """The retrain deployment promotes a version while `cpn run` runs (its own retraining off): the very
+    next round estimates the queued job with it, though that job entered the queue under the old one."""
+    config = home / "config"
+    config.mkdir()
+    (config / "clusters.yaml").write_text(yaml.safe_dump(CLUSTERS))
+    (config / "loop.yaml").write_text("retrain_every_completions: 0\n")
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    table = ThroughputTable.load(home / "throughputs.csv")
+    catalog = BenchmarkCatalog.load(BENCHMARKS_YAML)
+    truth = training_rows(table)
+    small = {"rf": {"n_estimators": 20}}
+    optimistic = [replace(r, steps_per_sec=r.steps_per_sec * OPTIMISM) for r in truth]
+    train_and_register(optimistic, catalog, estimators=["rf"], params=small, tracking_uri=uri, splits=())
+    args = argparse.Namespace(
+        config=str(config),
+        throughputs=str(home / "throughputs.csv"),
+        store=None,
+        policy="greedy",
+        set=[],
+        estimates="champion",
+        time_scale=3600.0,
+        interval=None,
+    )
+    profile = load_profile(config)
+    service = build(args, profile)
+    try:
+        service.start()
+        loop = LiveLoop(
+            service.scheduler,
+            1.0,
+            simulation=service.driver,
+            on_round=after_each_round(args, profile, service),
+            before_round=before_each_round(args, service),
+        )
+        store = service.store
+        long = JobSpec(job_id="ns/long", model="ResNet-50", batch_size=32, num_gpus=2, total_steps=10**9)
+        queued = JobSpec(job_id="ns/queued", model="ResNet-50", batch_size=64, total_steps=7_000)
+        store.submit([long])
+        run_rounds(loop, lambda: store.get("ns/long").state == JobState.RUNNING)
+        store.submit([queued])
+        loop.run_once()
+        before = service.scheduler.snapshot().estimates["ns/queued"]["v100"].runtime_s
+
+        (promoted,) = train_and_register(
+            truth, catalog, estimators=["rf"], params=small, tracking_uri=uri, splits=(), session="retrain"
+        )
+        assert promoted.champion and promoted.version == "2", promoted.reason
+        loop.run_once()
+        after = service.scheduler.snapshot().estimates["ns/queued"]["v100"].runtime_s
+        assert service.scheduler.estimator.last_good_version == "2"
+        assert after == pytest.approx(ChampionLoader(uri).load().estimate(queued, "v100").runtime_s)
+        seconds = 7_000 / 35.0  # the synthetic law: ResNet-50 at batch 64 on one V100, 35 steps/s
+        assert before == pytest.approx(seconds / OPTIMISM, rel=0.1)
+        assert after == pytest.approx(seconds, rel=0.1)
+        assert store.get("ns/queued").state == JobState.QUEUED, "still waiting behind the long job"
+    finally:
+        service.close()

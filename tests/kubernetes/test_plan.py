@@ -18,7 +18,10 @@ from tests.kubernetes.conftest import DOMAIN, USAGE, gpu_labels, seed_taints, wr
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 
 EXAMPLES = sorted((REPO_ROOT / "examples" / "plan").glob("*.yaml"))
-CRD = yaml.safe_load((REPO_ROOT / "data" / "schemas" / "volcano-batch.volcano.sh_jobs.yaml").read_text())
+CRD = yaml.load(  # libyaml: the same document, 5x faster than the pure-Python loader
+    (REPO_ROOT / "data" / "schemas" / "volcano-batch.volcano.sh_jobs.yaml").read_text(),
+    Loader=yaml.CSafeLoader,
+)
 VOLCANO_SCHEMA = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 DEMO_NODES = {(n.cluster, n.name): n for n in nodes_from_config(load_profile().clusters)}
 

@@ -7,6 +7,7 @@ pool/taint rules the simulated clusters enforce at submit.
 
 from __future__ import annotations
 
+import os
 import statistics
 
 import pytest
@@ -269,6 +270,20 @@ def test_a_pair_table_that_cannot_be_read_says_where(tmp_path):
     )
     with pytest.raises(ThroughputFormatError, match=r"pairs.csv:2: co-located steps/s must be > 0"):
         ColocationTable.load(TABLE, bad)
+
+
+def test_a_pair_table_is_read_once_per_ground_truth_and_again_when_its_file_changes(tmp_path):
+    pairs = tmp_path / "pairs.csv"
+    header = "gpu_type,job_a,num_gpus_a,job_b,num_gpus_b,steps_per_sec_a,steps_per_sec_b\n"
+    pairs.write_text(header + "v100,ResNet-18 (batch size 32),1,ResNet-50 (batch size 32),1,1.0,1.0\n")
+    first = ColocationTable.load(TABLE, pairs)
+    assert ColocationTable.load(TABLE, pairs) is first, "the same file over the same table: read once"
+    assert ColocationTable.load(ThroughputTable(list(TABLE.rows)), pairs) is not first
+    pairs.write_text(header + "v100,ResNet-18 (batch size 32),1,ResNet-50 (batch size 32),1,2.0,1.0\n")
+    os.utime(pairs, ns=(0, pairs.stat().st_mtime_ns + 1_000_000))  # a rewrite within the clock's tick
+    again = ColocationTable.load(TABLE, pairs)
+    key = ("v100", ("resnet18", 32), ("resnet50", 32))
+    assert again.measured[key] == pytest.approx(2 * first.measured[key])
 
 
 # --- pools and taints at submit ---------------------------------------------------------------------

@@ -184,6 +184,30 @@ def test_a_job_its_teams_hard_limit_never_lets_start_says_so_instead_of_gang(pol
     assert never_starts(wait.code, wait.detail) and not never_starts("over-quota", over_quota_detail())
 
 
+def test_under_fifo_a_job_its_team_can_never_start_does_not_hold_back_its_teams_later_jobs():
+    """Quota 4 cards, borrowing limit 0: the 8-card head can never start; the team's 1-card jobs behind it
+    start on the free cards (FIFO's head-of-line blocking is for a head that may start some day)."""
+    n = node("n0", gpus=8)
+    cfg = teams(Team("a", quota=(("v100", 4),), borrowing_limit=0))
+    jobs = [job("a/big", gpus=8), job("a/j0"), job("a/j1")]
+    decision = make_policy("fifo").decide(snap(jobs, [state(n)], teams=cfg))
+    assert [p.job_id for p in decision.placements] == ["a/j0", "a/j1"]
+    (wait,) = decision.waiting
+    assert wait.job_id == "a/big" and never_starts(wait.code, wait.detail)
+
+
+def test_under_fifo_a_head_that_may_start_later_still_blocks_its_team():
+    """The same team with 3 of its 4 cards busy: the 4-card head may start once they end, so it blocks the
+    1-card job behind it (`queue-order`)."""
+    n = node("n0", gpus=8)
+    cfg = teams(Team("a", quota=(("v100", 4),), borrowing_limit=0))
+    jobs = [job("a/four", gpus=4), job("a/j0")]
+    s = snap(jobs, [state(n, free=5)], running=MappingProxyType(running(n, "a", 3)), teams=cfg)
+    decision = make_policy("fifo").decide(s)
+    assert decision.placements == ()
+    assert {w.job_id: w.code for w in decision.waiting} == {"a/four": "over-quota", "a/j0": "queue-order"}
+
+
 def over_quota_detail() -> str:
     """The detail of a job its team's limit holds back for now (it may start when its team's jobs end)."""
     n = node("n0", gpus=8)

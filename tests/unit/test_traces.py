@@ -218,7 +218,8 @@ def test_one_card_size_means_no_oversize_jobs(table):
 
 @pytest.fixture(scope="module")
 def volcano_job_schema() -> dict:
-    crd = yaml.safe_load((DATA_DIR / "schemas" / "volcano-batch.volcano.sh_jobs.yaml").read_text())
+    text = (DATA_DIR / "schemas" / "volcano-batch.volcano.sh_jobs.yaml").read_text()
+    crd = yaml.load(text, Loader=yaml.CSafeLoader)  # libyaml: the same document, 5x faster
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
     return version["schema"]["openAPIV3Schema"]
 
