@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from cpn.admission import Room
 from cpn.decisions import Placement, RunningJob
 from cpn.inventory import Node, NodeState, SharedCard
 from cpn.jobs import JobSpec
@@ -101,6 +102,20 @@ class Booking:
             running=(*state.running, self.job_id),
             shared=shared,
         )
+
+    def take_room(self, room: Room) -> None:
+        """Hold this booking in `room`, the policies' working copy of a node within one decision
+        (cpn.admission.Room, mutable), as `take` does in a node state; there a shared card is named by
+        its position in `room.shared`, and a position past its end opens a free card."""
+        room.cpu_used += self.cpu
+        if self.card is None:
+            room.free -= self.cards
+        elif self.card < len(room.shared):
+            free_share, free_gb = room.shared[self.card]
+            room.shared[self.card] = (free_share - self.share, free_gb - self.memory_gb)
+        else:
+            room.free -= 1
+            room.shared.append((1.0 - self.share, room.node.gpu_memory_gb - self.memory_gb))
 
     def give_back(self, state: NodeState) -> NodeState:
         """`state` without this booking: its cards free again (a shared card once no share of it is held),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cpn.admission import Room
+from cpn.booking import Booking
 from cpn.decisions import Estimate, Placement, QueueLines, Rejection, Snapshot, shape_of
 from cpn.inventory import Node
 from cpn.jobs import JobKind, JobSpec
@@ -519,14 +520,10 @@ class Capacity:
         held_gb = job_memory_gb(job, self.snapshot.estimates, option.gpu_type) or 0.0
         share = job.gpu_share or 1.0
         for slot, cards in option.plan:
-            slot.cpu_used += gang_cpu(job, cards)
-            if option.card is not None:
-                free_share, free_gb = slot.shared[option.card]
-                slot.shared[option.card] = (free_share - share, free_gb - held_gb)
-                continue
-            slot.free -= cards
-            if is_sharing(job):
-                slot.shared.append((1.0 - share, slot.node.gpu_memory_gb - held_gb))
+            card = option.card
+            if card is None and is_sharing(job):
+                card = len(slot.shared)  # a free card it opens as a shared card
+            Booking(job.job_id, cards, gang_cpu(job, cards), card, share, held_gb).take_room(slot)
         option.group.recount()
         self._refresh()
         return option.placement

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from cpn.admission import Room
 from cpn.booking import Booking, hold_cards, node_state, release_cards
 from cpn.decisions import Placement, RunningJob
 from cpn.inventory import Node, NodeState, SharedCard
@@ -124,3 +125,18 @@ def test_what_one_sharing_job_leaves_when_its_partner_ends_is_counted_without_th
     s2 = Booking("s2", 1, 0.0, card=0, share=0.2, memory_gb=2.2)
     assert node_state(A, [s2]).shared == (SharedCard(0, 1.0 - 0.2, 16.0 - 2.2),)
     assert node_state(A, [s1, s2]).shared == (SharedCard(0, 1.0 - (0.1 + 0.2), 16.0 - (1.1 + 2.2)),)
+
+
+def test_the_policies_working_copy_of_a_node_books_as_the_node_state_does():
+    """`take_room` (a decision's mutable rooms, shared cards by position) and `take` (node states) agree."""
+    state = NodeState(A, 3, 2.0, ("r",), (SharedCard(0, 0.5, 8.0),))
+    room = Room.of(state)
+    for booking in (
+        Booking("w", 2, 8.0),
+        Booking("s1", 1, 2.0, card=0, share=0.25, memory_gb=2.0),
+        Booking("s2", 1, 2.0, card=1, share=0.5, memory_gb=6.0),
+    ):
+        state = booking.take(state)
+        booking.take_room(room)
+    assert (room.free, room.cpu_used, room.shared) == (0, 14.0, [(0.25, 6.0), (0.5, 10.0)])
+    assert Room.of(state).shared == room.shared and state.free_gpus == room.free
