@@ -1,10 +1,11 @@
 """What a job holds on one node, and the one rule that books it onto a node's state and gives it back.
 
-Placement, preemption, re-balancing, the scheduler's copies in flight, the forward look and the simulated
-clusters all book a job's cards on a node and free them again; they do it with a `Booking`, so a card, a
-share of a card, its memory and the node's CPU are counted one way everywhere:
+The policies' capacity (placing within one decision), the holds and stops of re-balancing and time
+slicing, the scheduler's copies in flight, the forward look and the simulated clusters all book a job's
+cards on a node and free them again; they do it with a `Booking`, so a card, a share of a card, its
+memory and the node's CPU are counted one way everywhere:
 
-- a job on whole cards takes `cards` of the node's free cards (never fewer than none stay free);
+- a job on whole cards takes `cards` of the node's free cards (a node state never shows fewer than none);
 - a sharing job (cpn.rules.is_sharing) takes `share` and `memory_gb` of one shared card (`card`): one
   other sharing jobs hold already, or a free card it opens as a shared card;
 - either takes its CPU on the node (cpn.rules.gang_cpu) and is listed among the node's running jobs.
@@ -71,7 +72,8 @@ class Booking:
         """A job already running on `cards` whole cards of a node, where the snapshot says its cards but
         not its CPU (RunningJob). With the node's `state`, it holds its cards' share of the CPU the
         node's whole cards have in use, and freeing it gives that back (the forward look's ends); without,
-        it holds none here, and freeing it leaves the node's CPU in use as it is (`release_cards`)."""
+        it holds none here, and freeing it leaves the node's CPU in use as the snapshot has it
+        (`release_cards`)."""
         cpu = 0.0
         if state is not None:
             busy = state.node.gpu_count - state.free_gpus - len(state.shared)
@@ -186,9 +188,9 @@ def hold_cards(
 def release_cards(
     nodes: tuple[NodeState, ...], job_ids: Iterable[str], running: Mapping[str, RunningJob]
 ) -> tuple[NodeState, ...]:
-    """`nodes` with the whole cards of the running jobs `job_ids` free and the jobs gone from them; their
-    CPU is counted as still in use (`Booking.running` without a node: a stopped job's pods hold it
-    until they are gone)."""
+    """`nodes` with the whole cards of the running jobs `job_ids` free and the jobs gone from them; the
+    CPU the nodes have in use stays as the snapshot has it (`Booking.running` without a node state), as
+    re-balancing and time slicing count a round's stops."""
     freed: dict[str, list[Booking]] = {}
     for job_id in job_ids:
         for key, cards in running[job_id].cards:
