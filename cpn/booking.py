@@ -5,12 +5,15 @@ slicing, the scheduler's copies in flight, the forward look and the simulated cl
 cards on a node and free them again; they do it with a `Booking`, so a card, a share of a card, its
 memory and the node's CPU are counted one way everywhere:
 
-- a job on whole cards takes `cards` of the node's free cards (a node state never shows fewer than none);
+- a job on whole cards takes `cards` of the node's free cards;
 - a sharing job (cpn.rules.is_sharing) takes `share` and `memory_gb` of one shared card (`card`): one
   other sharing jobs hold already, or a free card it opens as a shared card;
 - either takes its CPU on the node (cpn.rules.gang_cpu) and is listed among the node's running jobs.
 
-Giving a booking back returns all of it: a shared card nobody holds any more is a free card again.
+Giving a booking back returns all of it: a shared card nobody holds any more is a free card again. A
+booking takes what it says even past what is free (a forward look that follows an earlier look's
+decisions may book a card twice until one of the jobs ends), so giving it back returns exactly what it
+took; only `hold_cards`, whose holds are never given back, shows no node with fewer than no free cards.
 Where the sites really differ it is said where the booking is made: which shared card a sharing job
 joins (`Booking.on` bin packs as the clusters do; the simulator names the card its device plugin took),
 whether a sharing job is counted on a whole card (`Booking.whole`), and what a running job's CPU is when
@@ -85,11 +88,11 @@ class Booking:
         from a free card when no job holds it yet), its CPU, and the job among the node's running."""
         free, shared = state.free_gpus, state.shared
         if self.card is None:
-            free = max(0, free - self.cards)
+            free -= self.cards
         else:
             held = next((c for c in shared if c.index == self.card), None)
             if held is None:
-                free = max(0, free - 1)
+                free -= 1
                 held = SharedCard(self.card, 1.0, state.node.gpu_memory_gb)
             held = replace(
                 held,
@@ -177,12 +180,14 @@ def hold_cards(
     nodes: tuple[NodeState, ...], placed: Iterable[tuple[JobSpec, Placement]]
 ) -> tuple[NodeState, ...]:
     """`nodes` with each (job, placement) in `placed` booked on whole cards (`Booking.whole`), as if it
-    ran there already: what a policy or the scheduler holds for jobs placed but not yet on the clusters."""
+    ran there already: what a policy or the scheduler holds for jobs placed but not yet on the clusters.
+    A node shows no fewer than no free cards (a copy in flight may hold cards the inventory already
+    counts as taken)."""
     held: dict[str, list[Booking]] = {}
     for job, placement in placed:
         for node, cards in placement.nodes:
             held.setdefault(f"{placement.cluster}/{node}", []).append(Booking.whole(job, cards))
-    return _each(nodes, held, Booking.take)
+    return _each(nodes, held, _hold)
 
 
 def release_cards(
@@ -213,6 +218,12 @@ def _each(
             state = step(booking, state)
         out.append(state)
     return tuple(out)
+
+
+def _hold(booking: Booking, state: NodeState) -> NodeState:
+    """`state` with `booking` taken, and no fewer than no free cards (`hold_cards`)."""
+    state = booking.take(state)
+    return state if state.free_gpus >= 0 else replace(state, free_gpus=0)
 
 
 def _index(card: SharedCard) -> int:
