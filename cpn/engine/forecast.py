@@ -35,13 +35,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from cpn.booking import Booking
 from cpn.decisions import Decision, Estimate, Placement, RunningJob, Snapshot, Waiting, shape_of
 from cpn.engine.look_queue import FIRST_PART, LookQueue, asked_whole
-from cpn.inventory import NodeState, SharedCard
+from cpn.inventory import NodeState
 from cpn.jobs import JobSpec
 from cpn.policies.base import Policy
 from cpn.policies.placement import Capacity, job_memory_gb
-from cpn.rules import SHARE_EPS, gang_cpu, is_sharing, pick_shared_card
+from cpn.rules import is_sharing
 
 LIVE_SHARE = 0.2
 """Share of the wall time the live service's forward look may take (`Forecaster.max_share`): a look that
@@ -97,8 +98,8 @@ class _Cluster:
         self.by_name = {(s.node.cluster, s.node.name): i for i, s in enumerate(self.states)}
         self.free_cards = sum(s.free_gpus for s in self.states)
         self.shared_cards = sum(len(s.shared) for s in self.states)
-        self.held: dict[str, list[tuple[int, int, float, int | None, float, float]]] = {}
-        """job_id -> (node index, cards, CPU, shared card index, share, GB) it holds on each node."""
+        self.held: dict[str, list[tuple[int, Booking]]] = {}
+        """job_id -> (node index, booking) of each node it holds."""
 
     def gpu_type(self, cluster: str, node: str) -> str:
         return self.states[self.by_name[(cluster, node)]].node.gpu_type
@@ -108,28 +109,9 @@ class _Cluster:
         held = []
         for name, cards in placement.nodes:
             i = self.by_name[(placement.cluster, name)]
-            state = self.states[i]
-            cpu = gang_cpu(job, cards)
-            card = None
-            share = job.gpu_share or 1.0
-            if is_sharing(job):
-                shared = list(state.shared)
-                pos = pick_shared_card([(c.free_share, c.free_memory_gb) for c in shared], share, mem_gb)
-                if pos is not None:
-                    c = shared[pos]
-                    shared[pos] = replace(
-                        c, free_share=c.free_share - share, free_memory_gb=c.free_memory_gb - mem_gb
-                    )
-                    card, free = c.index, state.free_gpus
-                else:
-                    card = max((c.index for c in shared), default=-1) + 1
-                    shared.append(SharedCard(card, 1.0 - share, state.node.gpu_memory_gb - mem_gb))
-                    free = state.free_gpus - 1
-                state = replace(state, free_gpus=free, shared=tuple(shared))
-            else:
-                state = replace(state, free_gpus=state.free_gpus - cards)
-            self._set(i, replace(state, cpu_used=state.cpu_used + cpu, running=(*state.running, job.job_id)))
-            held.append((i, cards, cpu, card, share, mem_gb))
+            booking = Booking.on(self.states[i], job, cards, mem_gb)
+            self._set(i, booking.take(self.states[i]))
+            held.append((i, booking))
         self.held[job.job_id] = held
 
     def hold_running(self, job_id: str, running: RunningJob) -> None:
@@ -138,12 +120,8 @@ class _Cluster:
         held = []
         for key, cards in running.cards:
             i = self.index.get(key)
-            if i is None:
-                continue
-            state = self.states[i]
-            busy = state.node.gpu_count - state.free_gpus - len(state.shared)
-            cpu = state.cpu_used * cards / busy if busy > 0 else 0.0
-            held.append((i, cards, cpu, None, 1.0, 0.0))
+            if i is not None:
+                held.append((i, Booking.running(job_id, cards, self.states[i])))
         self.held[job_id] = held
 
     def has_room(self) -> bool:
@@ -159,24 +137,8 @@ class _Cluster:
 
     def free(self, job_id: str) -> None:
         """Give back what `job_id` holds."""
-        for i, cards, cpu, card, share, gb in self.held.pop(job_id, ()):
-            state = self.states[i]
-            free = state.free_gpus
-            shared = state.shared
-            if card is None:
-                free += cards
-            else:
-                kept = []
-                for c in shared:
-                    if c.index == card:
-                        c = replace(c, free_share=c.free_share + share, free_memory_gb=c.free_memory_gb + gb)
-                        if c.free_share >= 1.0 - SHARE_EPS:
-                            free += 1
-                            continue
-                    kept.append(c)
-                shared = tuple(kept)
-            running = tuple(j for j in state.running if j != job_id)
-            self._set(i, NodeState(state.node, free, max(0.0, state.cpu_used - cpu), running, shared))
+        for i, booking in self.held.pop(job_id, ()):
+            self._set(i, booking.give_back(self.states[i]))
 
 
 def look(policy: Policy, snapshot: Snapshot, decision: Decision, prior: Outlook | None = None) -> Outlook:

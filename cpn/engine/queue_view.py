@@ -11,29 +11,42 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import replace
 
-from cpn.decisions import QueueLines, shape_of
+from cpn.decisions import QueueLines, Teams, shape_of
 from cpn.jobs import JobSpec, JobState
 from cpn.rules import MEMORY_MARGIN_GB
 from cpn.store import Change, JobRecord, JobStore
 
 
-def learned_spec(record: JobRecord) -> JobSpec:
-    """A stored job's spec as policies see it while it is queued (`_learned`), from its record: what a job
-    whose copy is in flight is submitted with when the copy ends."""
-    return _learned(record.spec, record)
+def seen_spec(
+    spec: JobSpec,
+    learned: Change | JobRecord | None = None,
+    whole_cards: bool = False,
+    teams: Teams | None = None,
+) -> JobSpec:
+    """A job's spec as policies see it and the clusters are given it, built here only:
 
-
-def _learned(spec: JobSpec, change: Change | JobRecord) -> JobSpec:
-    """The spec as policies see it: arriving when the store accepted it (what ages a job for
-    reservations and ordering, live or replayed), with what its runs taught (the migrated image, and
-    more memory after an OOM kill)."""
-    if spec.arrival_s != change.submitted_at:
-        spec = replace(spec, arrival_s=change.submitted_at)
-    if change.image and change.image != spec.image:
-        spec = replace(spec, image=change.image)
-    floor = change.needs_more_than_gb
-    if floor is not None and (spec.gpu_mem_gb is None or spec.gpu_mem_gb <= floor):
-        spec = replace(spec, gpu_mem_gb=round(floor + MEMORY_MARGIN_GB, 6))
+    - `learned`: its store record or latest change: arriving when the store accepted it (what ages a job
+      for reservations and ordering, live or replayed), with what its runs taught (the migrated image,
+      and more memory after an OOM kill);
+    - `whole_cards`: a sharing job run on whole cards, to measure a model the predictor has not seen
+      (cpn.rules.EXCLUSIVE_REASON);
+    - `teams`: with its team's checkpoint interval when it gives none (Teams.checkpoint_interval), what
+      it is placed and submitted with.
+    """
+    if learned is not None:
+        if spec.arrival_s != learned.submitted_at:
+            spec = replace(spec, arrival_s=learned.submitted_at)
+        if learned.image and learned.image != spec.image:
+            spec = replace(spec, image=learned.image)
+        floor = learned.needs_more_than_gb
+        if floor is not None and (spec.gpu_mem_gb is None or spec.gpu_mem_gb <= floor):
+            spec = replace(spec, gpu_mem_gb=round(floor + MEMORY_MARGIN_GB, 6))
+    if whole_cards and spec.gpu_share is not None:
+        spec = replace(spec, gpu_share=None)
+    if teams is not None and spec.checkpoint_interval_s is None:
+        interval = teams.checkpoint_interval(spec)
+        if interval is not None:
+            spec = replace(spec, checkpoint_interval_s=interval)
     return spec
 
 
@@ -66,7 +79,7 @@ class QueueView:
         """Apply every transition recorded since the last refresh.
 
         Returns the jobs that entered the queue and those whose payload moved (a migration that ended
-        before this refresh) or what it needs (see `_learned`), so callers recompute what depends on
+        before this refresh) or what it needs (see `seen_spec`), so callers recompute what depends on
         them. A job whose image a migration replaced (pinned by digest) is held with that image; one an
         OOM kill taught that it needs more memory per card, with that much memory declared.
         """
@@ -81,7 +94,7 @@ class QueueView:
         for c in latest.values():
             if c.state != JobState.QUEUED or c.job_id not in self._specs:
                 continue
-            learned = _learned(self._specs[c.job_id], c)
+            learned = seen_spec(self._specs[c.job_id], c)
             if learned != self._specs[c.job_id]:
                 self._unfile(self._specs[c.job_id])
                 self._specs[c.job_id] = learned
@@ -101,7 +114,7 @@ class QueueView:
         for change in entering:
             in_order = in_order and change.order > self._last_order
             self._last_order = max(self._last_order, change.order)
-            specs[change.job_id] = _learned(specs[change.job_id], change)
+            specs[change.job_id] = seen_spec(specs[change.job_id], change)
             self._enter(specs[change.job_id], change.order)
         if not in_order:
             ordered = sorted(self._specs, key=self._order.__getitem__)

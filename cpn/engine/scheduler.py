@@ -51,6 +51,7 @@ from typing import Protocol, TypeVar
 from config.policies import DEFAULT_CPU_THRESHOLD
 from cpn.adapters.gateway import DELETED_REASON, OOM_REASON, ClusterGateway, JobEvent, SubmitRejected
 from cpn.adapters.migrator import MigrationDone, Migrator
+from cpn.booking import hold_cards
 from cpn.clock import Clock
 from cpn.decisions import (
     RESTART_S,
@@ -65,11 +66,10 @@ from cpn.decisions import (
 )
 from cpn.engine.forecast import Forecaster
 from cpn.engine.lease import SchedulerLease
-from cpn.engine.queue_view import QueueView, learned_spec
+from cpn.engine.queue_view import QueueView, seen_spec
 from cpn.inventory import Node, NodeState
 from cpn.jobs import ON_CLUSTER, Cause, IllegalTransition, JobSpec, JobState
 from cpn.policies.base import Policy, looked_forward_with
-from cpn.policies.placement import hold_cards
 from cpn.rules import EXCLUSIVE_REASON, is_sharing
 from cpn.store import Copy, JobStore, LeaseLost, UnknownJob
 from cpn.store_facts import CopyStarted, SavedProgress
@@ -321,8 +321,8 @@ class Scheduler:
         """(cluster, node) -> GB per card, from the latest inventory (bounded by the node count)."""
         self.queue = QueueView(store)
         self._estimates: dict[str, Mapping[str, Estimate]] = {}
-        self._exclusive: dict[str, JobSpec] = {}
-        """job_id -> the whole-card spec of a sharing job the estimates say to explore."""
+        self._exclusive: set[str] = set()
+        """Sharing jobs the estimates say to explore: they run on whole cards (`seen_spec`)."""
         self._estimated_types: tuple[str, ...] = ()
         self._transfer_rows: dict[str, Mapping[str, float]] = {}
         self._transfer_from: dict[str, frozenset[str]] = {}
@@ -422,7 +422,7 @@ class Scheduler:
         if self._retries(event.job_id, Cause.OOM_KILLED) >= self.oom_retries:
             return False
         card_gb = self._card_gb.get((record.cluster or "", record.node or ""))
-        sharing = is_sharing(self._exclusive.get(event.job_id, record.spec))
+        sharing = is_sharing(seen_spec(record.spec, whole_cards=event.job_id in self._exclusive))
         learned = None if sharing or card_gb is None else card_gb
         where = f"{record.cluster}/{record.node}" + (f" ({card_gb:g} GB cards)" if card_gb else "")
         self.store.transition(
@@ -584,29 +584,18 @@ class Scheduler:
             self._estimates.update(self.estimator.estimates(new, gpu_types))
             for job in new:
                 if is_sharing(job) and any(e.explore for e in self._estimates.get(job.job_id, {}).values()):
-                    self._exclusive[job.job_id] = replace(job, gpu_share=None)
+                    self._exclusive.add(job.job_id)
 
     def _spec(self, job_id: str) -> JobSpec:
-        """The spec to place and submit: whole cards for a job to explore, else as submitted; with its
-        team's checkpoint interval when it gives none (Teams.checkpoint_interval)."""
-        spec = self._exclusive.get(job_id)
-        if spec is None:
-            spec = self.queue.spec(job_id) if self.queue.holds(job_id) else self.store.get(job_id).spec
-        return self._with_team_interval(spec)
+        """The spec to place and submit (`seen_spec`): as queued (a job moved while running: as stored), on
+        whole cards for a job to explore, with its team's checkpoint interval."""
+        spec = self.queue.spec(job_id) if self.queue.holds(job_id) else self.store.get(job_id).spec
+        return seen_spec(spec, whole_cards=job_id in self._exclusive, teams=self.teams)
 
     def _copied_spec(self, copy: Copy) -> JobSpec:
         """The spec a job whose copy is in flight was placed by, and is submitted with once it ends (`_spec`
         as it was when the copy began: the store keeps whether it runs on whole cards)."""
-        spec = learned_spec(copy.record)
-        return self._with_team_interval(replace(spec, gpu_share=None) if copy.whole_cards else spec)
-
-    def _with_team_interval(self, spec: JobSpec) -> JobSpec:
-        """`spec` with its team's checkpoint interval when it gives none (Teams.checkpoint_interval)."""
-        if self.teams is not None and spec.checkpoint_interval_s is None:
-            interval = self.teams.checkpoint_interval(spec)
-            if interval is not None:
-                return replace(spec, checkpoint_interval_s=interval)
-        return spec
+        return seen_spec(copy.record.spec, copy.record, copy.whole_cards, self.teams)
 
     def _holders(self, job_id: str) -> frozenset[str]:
         """Clusters holding a queued job's image and data: where they are now (its `location`) and its
@@ -661,7 +650,7 @@ class Scheduler:
         self._update_transfers(entering)
         pending = self.queue.pending()
         if self._exclusive:
-            pending = tuple(self._exclusive.get(job.job_id, job) for job in pending)
+            pending = tuple(seen_spec(job, whole_cards=job.job_id in self._exclusive) for job in pending)
         return Snapshot(
             now=self.clock.now(),
             pending=pending,
@@ -719,16 +708,13 @@ class Scheduler:
             record = self.store.get(job_id)
         except UnknownJob:  # not cpn's job: its cards free at no known time
             return RunningJob(math.inf)
-        spec = self._exclusive.get(job_id, record.spec)
+        spec = seen_spec(record.spec, whole_cards=job_id in self._exclusive, teams=self.teams)
         cards = () if is_sharing(spec) else tuple((f"{record.cluster}/{n}", c) for n, c in record.placement)
         started = record.updated_at if record.state == JobState.RUNNING else self.clock.now()
-        checkpoints = spec.checkpoint_interval_s
-        if self.teams is not None:
-            checkpoints = self.teams.checkpoint_interval(spec)
         known = {
             "started": started,
             "priority": spec.priority,
-            "checkpoint_interval_s": checkpoints,
+            "checkpoint_interval_s": spec.checkpoint_interval_s,
             "preemptible": spec.preemptible,
         }
         gpu = gpu_of.get((record.cluster or "", record.node or ""))
@@ -790,12 +776,13 @@ class Scheduler:
             self._estimates,
             self._transfer_rows,
             self._transfer_from,
-            self._exclusive,
             self._waiting_written,
         ):
             if len(cache) > 2 * queued + 64:
                 for job_id in [j for j in cache if not self.queue.holds(j)]:
                     del cache[job_id]
+        if len(self._exclusive) > 2 * queued + 64:
+            self._exclusive = {j for j in self._exclusive if self.queue.holds(j)}
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """Stage 3: the policy's decision, with a waiting reason for every queued job it does not start (in

@@ -23,13 +23,14 @@ beyond it, a placement keeps to:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from cpn.admission import Room
+from cpn.booking import Booking
 from cpn.decisions import Estimate, Placement, QueueLines, Rejection, Snapshot, shape_of
-from cpn.inventory import Node, NodeState
+from cpn.inventory import Node
 from cpn.jobs import JobKind, JobSpec
 from cpn.rules import (
     POOLS_FOR_KIND,
@@ -519,14 +520,10 @@ class Capacity:
         held_gb = job_memory_gb(job, self.snapshot.estimates, option.gpu_type) or 0.0
         share = job.gpu_share or 1.0
         for slot, cards in option.plan:
-            slot.cpu_used += gang_cpu(job, cards)
-            if option.card is not None:
-                free_share, free_gb = slot.shared[option.card]
-                slot.shared[option.card] = (free_share - share, free_gb - held_gb)
-                continue
-            slot.free -= cards
-            if is_sharing(job):
-                slot.shared.append((1.0 - share, slot.node.gpu_memory_gb - held_gb))
+            card = option.card
+            if card is None and is_sharing(job):
+                card = len(slot.shared)  # a free card it opens as a shared card
+            Booking(job.job_id, cards, gang_cpu(job, cards), card, share, held_gb).take_room(slot)
         option.group.recount()
         self._refresh()
         return option.placement
@@ -631,31 +628,6 @@ def _most_memory(group: Group, job: JobSpec) -> float | None:
     n = job.num_gpus
     roomy = [s for s in group.admits[job.kind] if s.free >= n]  # a first cut before asking each node
     return max((s.node.gpu_memory_gb for s in roomy if s.refusal(job, n) is None), default=None)
-
-
-def hold_cards(
-    nodes: tuple[NodeState, ...], placed: Iterable[tuple[JobSpec, Placement]]
-) -> tuple[NodeState, ...]:
-    """`nodes` with the whole cards and the CPU of each (job, placement) in `placed` taken, and the job
-    among each node's running ones, as if it ran there already."""
-    held: dict[tuple[str, str], list[tuple[JobSpec, int]]] = {}
-    for spec, placement in placed:
-        for node, cards in placement.nodes:
-            held.setdefault((placement.cluster, node), []).append((spec, cards))
-    if not held:
-        return nodes
-    out = []
-    for state in nodes:
-        jobs = held.get((state.node.cluster, state.node.name), ())
-        if jobs:
-            state = replace(
-                state,
-                free_gpus=max(0, state.free_gpus - sum(cards for _, cards in jobs)),
-                cpu_used=state.cpu_used + sum(gang_cpu(spec, cards) for spec, cards in jobs),
-                running=(*state.running, *(spec.job_id for spec, _ in jobs)),
-            )
-        out.append(state)
-    return tuple(out)
 
 
 def pessimistic_runtime(estimate: Estimate, pessimism: float) -> float:

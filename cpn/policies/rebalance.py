@@ -46,11 +46,12 @@ from dataclasses import dataclass, replace
 
 from config.policies import PolicySettings
 from cpn.admission import Room
+from cpn.booking import hold_cards, release_cards
 from cpn.decisions import Decision, Placement, Preemption, RunningJob, Snapshot
 from cpn.inventory import NodeState
 from cpn.jobs import JobSpec
 from cpn.policies.base import Policy, looked_forward_with
-from cpn.policies.placement import Capacity, Option, hold_cards, usable_runtimes
+from cpn.policies.placement import Capacity, Option, usable_runtimes
 from cpn.policies.preemption import GRACE_S, holds_when_free, lost_gpu_s
 from cpn.rules import is_sharing
 
@@ -321,28 +322,6 @@ def _affords(running: RunningJob, now: float, horizon: float, slack: float, rest
 def _holding(running: dict, key: str) -> list[tuple[str, RunningJob]]:
     """The running jobs holding whole cards on node `key`."""
     return [(job_id, r) for job_id, r in running.items() if any(k == key for k, _ in r.cards)]
-
-
-def release_cards(
-    nodes: tuple[NodeState, ...], stops: dict[str, Preemption], running
-) -> tuple[NodeState, ...]:
-    """`nodes` with the cards of the `stops` jobs free and the jobs gone from them."""
-    if not stops:
-        return nodes
-    freed: dict[str, int] = {}
-    for job_id in stops:
-        for key, cards in running[job_id].cards:
-            freed[key] = freed.get(key, 0) + cards
-    return tuple(
-        replace(
-            s,
-            free_gpus=s.free_gpus + freed[s.node.key],
-            running=tuple(j for j in s.running if j not in stops),
-        )
-        if s.node.key in freed
-        else s
-        for s in nodes
-    )
 
 
 def _gather(snapshot: Snapshot, decision: Decision) -> tuple[Decision, Snapshot]:

@@ -31,13 +31,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from cpn.booking import hold_cards, release_cards
 from cpn.decisions import Decision, Placement, Preemption, RunningJob, Snapshot
 from cpn.jobs import JobSpec
 from cpn.policies.base import Policy, looked_forward_with
-from cpn.policies.placement import Capacity, Group, hold_cards, usable_runtimes
+from cpn.policies.placement import Capacity, Group, usable_runtimes
 from cpn.policies.plan import Projection, releases
 from cpn.policies.preemption import GRACE_S, lost_gpu_s
-from cpn.policies.rebalance import makespan_bound, release_cards
+from cpn.policies.rebalance import makespan_bound
 from cpn.rules import is_sharing
 
 

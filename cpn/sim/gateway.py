@@ -49,9 +49,10 @@ from config.benchmarks import Workload, load_benchmarks
 from cpn.adapters.gateway import DELETED_REASON, OOM_REASON, JobEvent, NoLog, SubmitRejected
 from cpn.admission import Refused, admit
 from cpn.benchmarking import is_benchmark, node_driver
+from cpn.booking import Booking, node_state
 from cpn.clock import SimClock
 from cpn.decisions import Placement
-from cpn.inventory import Node, NodeState, SharedCard
+from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
 from cpn.rules import is_sharing
 from cpn.sim.truth import GroundTruth, RunOutcome
@@ -95,26 +96,15 @@ class Stopped:
 
 
 @dataclass
-class _Card:
-    """A card sharing jobs hold: job_id -> (share, GB held)."""
-
-    jobs: dict[str, tuple[float, float]] = field(default_factory=dict)
-
-    def free_share(self) -> float:
-        return max(0.0, 1.0 - sum(share for share, _ in self.jobs.values()))
-
-    def free_gb(self, node: Node) -> float:
-        return node.gpu_memory_gb - sum(gb for _, gb in self.jobs.values())
-
-
-@dataclass
 class _NodeUse:
     free: list[int]
     """Free card indices, ascending."""
-    shared: dict[int, _Card]
-    """Card index -> sharing jobs on it."""
-    running: dict[str, float]
-    """job_id -> CPU cores it holds here, in start order."""
+    held: dict[str, Booking] = field(default_factory=dict)
+    """job_id -> what it holds here (cpn.booking), in start order."""
+
+    def on_card(self, card: int) -> list[str]:
+        """The jobs sharing card `card`, in start order."""
+        return [job_id for job_id, booking in self.held.items() if booking.card == card]
 
 
 @dataclass
@@ -178,10 +168,7 @@ class SimulatedGateway:
             if (node.cluster, node.name) in self._nodes:
                 raise ValueError(f"node {node.key} is listed twice")
             self._nodes[(node.cluster, node.name)] = node
-        self._use = {
-            key: _NodeUse(free=list(range(n.gpu_count)), shared={}, running={})
-            for key, n in self._nodes.items()
-        }
+        self._use = {key: _NodeUse(free=list(range(n.gpu_count))) for key, n in self._nodes.items()}
         self._states = {key: self._state(key) for key in self._nodes}
         self._runs: dict[str, _Run] = {}
         self._heap: list[tuple[float, int, str]] = []
@@ -200,23 +187,15 @@ class SimulatedGateway:
         nothing running on it is replaced (a cluster removed and added again)."""
         for node in nodes:
             key = (node.cluster, node.name)
-            if key in self._use and self._use[key].running:
+            if key in self._use and self._use[key].held:
                 raise ValueError(f"node {node.key} is here already and runs jobs")
             self._nodes[key] = node
-            self._use[key] = _NodeUse(free=list(range(node.gpu_count)), shared={}, running={})
+            self._use[key] = _NodeUse(free=list(range(node.gpu_count)))
             self._states[key] = self._state(key)
 
     def _state(self, key: tuple[str, str]) -> NodeState:
-        node, use = self._nodes[key], self._use[key]
-        return NodeState(
-            node=node,
-            free_gpus=len(use.free),
-            cpu_used=sum(use.running.values()),
-            running=tuple(use.running),
-            shared=tuple(
-                SharedCard(i, card.free_share(), card.free_gb(node)) for i, card in sorted(use.shared.items())
-            ),
-        )
+        """The node's state from what its jobs hold (cpn.booking.node_state)."""
+        return node_state(self._nodes[key], self._use[key].held.values())
 
     def inventory(self) -> tuple[NodeState, ...]:
         """Every node, in the order given, with its free and shared cards, CPU in use and running jobs."""
@@ -241,19 +220,21 @@ class SimulatedGateway:
         if card is None and is_sharing(job):  # opens a free card: the lowest
             card = self._use[(node.cluster, node.name)].free[0]
         now = self.clock.now()
-        if card is None:
-            free_gb = node.gpu_memory_gb
-        else:
-            free_gb = self._use[(node.cluster, node.name)].shared.get(card, _Card()).free_gb(node)
+        free_gb = node.gpu_memory_gb
+        if card is not None:
+            shared = self._states[(node.cluster, node.name)].shared
+            free_gb = next((c.free_memory_gb for c in shared if c.index == card), free_gb)
         if is_benchmark(job):
             outcome = self._bench_outcome(job, node)
         else:
             outcome = self.truth.outcome(
                 job, node.gpu_type, job.num_gpus, free_gb, consolidated=len(plan) == 1
             )
+        # An OOM-killed job never got its memory; any other on a shared card holds what it uses until it ends.
+        held_gb = 0.0 if card is None or outcome.reason == OOM_REASON else self.truth.memory_gb(job, 1) or 0.0
         run = _Run(
             job=job,
-            held=self._hold(job, plan, card),
+            held=self._hold(job, plan, card, held_gb),
             card=card,
             start=now,
             outcome=outcome,
@@ -272,12 +253,7 @@ class SimulatedGateway:
         self._events.append(JobEvent(job.job_id, "running", now))
         if card is None:
             self._push(run)
-            return
-        # An OOM-killed job never got its memory; any other holds what it uses until it ends.
-        held_gb = 0.0 if outcome.reason == OOM_REASON else self.truth.memory_gb(job, 1) or 0.0
-        self._use[(node.cluster, node.name)].shared[card].jobs[job.job_id] = (run.share, held_gb)
-        self._states[(node.cluster, node.name)] = self._state((node.cluster, node.name))
-        if run.trains:
+        elif run.trains:
             self._reschedule(node, card, now)
         else:
             self._push(run)
@@ -312,10 +288,10 @@ class SimulatedGateway:
         return RunOutcome(job.duration_s or 0.0, True)
 
     def _hold(
-        self, job: JobSpec, plan: tuple[tuple[Node, int, float], ...], card: int | None
+        self, job: JobSpec, plan: tuple[tuple[Node, int, float], ...], card: int | None, held_gb: float
     ) -> tuple[tuple[Node, tuple[int, ...]], ...]:
-        """Take the gang's cards (the lowest free ones) and CPU on every node as admitted (node, cards,
-        CPU); a sharing job its card."""
+        """Book the gang on every node as admitted (node, cards, CPU): which cards it holds (the lowest
+        free ones; a sharing job its card, with `held_gb` of its memory) and the booking (cpn.booking)."""
         held = []
         for node, count, cpu in plan:
             key = (node.cluster, node.name)
@@ -323,12 +299,13 @@ class SimulatedGateway:
             if card is None:
                 gpus = tuple(use.free[:count])
                 del use.free[:count]
+                booking = Booking(job.job_id, count, cpu)
             else:
                 gpus = (card,)
                 if card in use.free:
                     use.free.remove(card)
-                    use.shared[card] = _Card()
-            use.running[job.job_id] = cpu
+                booking = Booking(job.job_id, count, cpu, card, _share(job), held_gb)
+            use.held[job.job_id] = booking
             self._states[key] = self._state(key)
             held.append((node, gpus))
         return tuple(held)
@@ -341,7 +318,7 @@ class SimulatedGateway:
 
     def _reschedule(self, node: Node, card: int, now: float) -> None:
         """Bring the training jobs on a shared card up to `now` and move their ends to their new rates."""
-        training = [self._runs[j] for j in self._use[(node.cluster, node.name)].shared[card].jobs]
+        training = [self._runs[j] for j in self._use[(node.cluster, node.name)].on_card(card)]
         training = [run for run in training if run.trains]
         for run in training:
             run.steps_left = max(0.0, run.steps_left - run.rate * (now - run.since))
@@ -424,23 +401,20 @@ class SimulatedGateway:
         self._events = [e for e in self._events if not (e.job_id == job_id and e.kind == "running")]
         self._release(run)
         node = run.held[0][0]
-        if run.card is not None and run.card in self._use[(node.cluster, node.name)].shared:
+        if run.card is not None and self._use[(node.cluster, node.name)].on_card(run.card):
             self._reschedule(node, run.card, self.clock.now())
 
     def _release(self, run: _Run) -> None:
-        """Free the cards `run` holds."""
+        """Free the cards `run` holds (a shared card once its last job is gone)."""
         job_id = run.job.job_id
         for node, gpus in run.held:
             key = (node.cluster, node.name)
             use = self._use[key]
-            del use.running[job_id]
+            del use.held[job_id]
             if run.card is None:
                 use.free = sorted(use.free + list(gpus))
-            else:
-                del use.shared[run.card].jobs[job_id]
-                if not use.shared[run.card].jobs:
-                    del use.shared[run.card]
-                    use.free = sorted([*use.free, run.card])
+            elif not use.on_card(run.card):
+                use.free = sorted([*use.free, run.card])
             self._states[key] = self._state(key)
 
     def _finish(self, run: _Run, end: float, deleted: bool = False) -> None:
@@ -465,7 +439,7 @@ class SimulatedGateway:
         while len(self._ended) > ENDED_LOGS_KEPT:
             self._ended.popitem(last=False)
         node = run.held[0][0]
-        if run.card is not None and run.card in self._use[(node.cluster, node.name)].shared:
+        if run.card is not None and self._use[(node.cluster, node.name)].on_card(run.card):
             self._reschedule(node, run.card, end)
 
     def _measured_gb(self, run: _Run) -> float | None:

@@ -210,6 +210,22 @@ def test_job_to_explore_runs_on_a_whole_card_and_only_clean_runs_feed_back():
     assert [r.job_id for r in completed_runs(store, [NODE_A])] == ["new"]
 
 
+def test_a_job_to_explore_is_seen_on_whole_cards_with_what_its_runs_taught_since():
+    """The whole-card swap is built with the rest of the spec a policy sees (queue_view.seen_spec): an OOM
+    kill learned after the job entered the queue reaches the policy, whole cards and all."""
+    clock = SimClock()
+    store = JobStore(":memory:", clock=clock)
+    gateway = SimulatedGateway([NODE_A], GroundTruth(TABLE), clock)
+    scheduler = Scheduler(store, gateway, FifoPolicy(), clock, estimator=ExploreFor("new"))
+    store.submit([job("new", gpu_share=0.5)])
+    (seen,) = scheduler.snapshot().pending
+    assert seen.gpu_share is None and seen.gpu_mem_gb is None
+    store.transition("new", JobState.ASSIGNED, cluster="a", node="a-0")
+    store.transition("new", JobState.QUEUED, needs_more_than_gb=16.0)
+    (seen,) = scheduler.snapshot().pending
+    assert seen.gpu_share is None and seen.gpu_mem_gb == 16.01
+
+
 def test_without_explore_sharing_jobs_pack_onto_one_card():
     jobs = [job("a", gpu_share=0.5), job("b", gpu_share=0.5)]
     _, gateway, _, _ = run([NODE_A], jobs, estimator=ExploreFor())
