@@ -285,6 +285,12 @@ def format_report(report: dict[str, Any]) -> str:
             f"next larger batch predicted not to fit {over} (of {mem['next_pairs']}), median |predicted - "
             f"card memory| / card memory {mem['median_rel_error']:.1%}"
         )
+        if mem["next_pairs"]:
+            missed = round((1 - mem["next_over"]) * mem["next_pairs"])
+            lines.append(
+                f"next larger batches predicted to fit: {missed}, of which {mem.get('next_contradicted', 0)} "
+                "ran on another card of the same or less memory (the table says they fit such a card)"
+            )
     lines.append("")
     lines.append(f"targets for the default estimator ({DEFAULT_ESTIMATOR}):")
     if not report["targets"]:

@@ -200,9 +200,11 @@ class Predictor:
             queries = [self._query(pairs[i], b) for i, (b, _) in zip(by_steps, batches, strict=True)]
             pred = self.throughput(queries)
             runtime = np.array([steps[i] for i in by_steps], dtype=float) / pred.steps_per_sec
+            keys = {gpu: self._gpu_profile(gpu).key for gpu in {pairs[i][1] for i in by_steps}}
             for k, i in enumerate(by_steps):
                 spread = math.hypot(pred.log_spread[k], batches[k][1])
-                out[i] = self._estimate(pairs[i][0], runtime[k], spread, not bool(pred.seen[k]))
+                explore = not bool(pred.seen[k])
+                out[i] = self._estimate(pairs[i][0], runtime[k], spread, explore, keys[pairs[i][1]])
         if by_work:
             for i, est in zip(by_work, self.work_estimates([pairs[i] for i in by_work]), strict=True):
                 out[i] = est
@@ -218,8 +220,12 @@ class Predictor:
         except PredictorInputError as exc:
             raise PredictorInputError(f"job {job.job_id}: {exc}") from None
 
-    def _estimate(self, job: JobSpec, runtime: float, log_spread: float, explore: bool) -> Estimate:
-        memory = self.memory.for_job(job.model, job.batch_size, job.num_gpus, job.gpu_mem_gb, job.precision)
+    def _estimate(
+        self, job: JobSpec, runtime: float, log_spread: float, explore: bool, gpu_key: str | None = None
+    ) -> Estimate:
+        memory = self.memory.for_job(
+            job.model, job.batch_size, job.num_gpus, job.gpu_mem_gb, job.precision, gpu_key
+        )
         return Estimate(
             runtime_s=float(runtime),
             gpu_mem_gb=memory,
@@ -312,7 +318,7 @@ class Predictor:
                 known = correction.spread if correction.spread is not None else ONE_RUN_SPREAD
                 spread = math.hypot(known, self.spread_floor[correction.kind])
                 explore = False
-            out.append(self._estimate(job, work * math.exp(log_cost), spread, explore))
+            out.append(self._estimate(job, work * math.exp(log_cost), spread, explore, gpu_key))
         return out
 
     def unseen_cost(self, num_gpus: int) -> tuple[float, float]:
