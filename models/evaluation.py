@@ -100,8 +100,9 @@ def calibrated_coverage(
     for _, test in splits:
         others = np.ones(len(rows), dtype=bool)
         others[test] = False
-        scale, floor = calibration_from(errors[others], raw[others], kinds[others])
-        inside[test] = errors[test] <= served_spread(raw[test], kinds[test], scale, floor)
+        dist = prediction.distance
+        scale, floor, slope = calibration_from(errors[others], raw[others], kinds[others], dist[others])
+        inside[test] = errors[test] <= served_spread(raw[test], kinds[test], scale, floor, dist[test], slope)
     return float(inside.mean())
 
 
