@@ -124,7 +124,9 @@ class Predictor:
         if not queries:
             raise PredictorInputError("no queries to predict")
         cache: dict[Query, tuple] = self.__dict__.setdefault("_answers", {})
-        missing = [q for q in dict.fromkeys(queries) if q not in cache]
+        # Answers found are read once, so that another thread starting the cache afresh loses nothing here.
+        found = {q: a for q in dict.fromkeys(queries) if (a := cache.get(q)) is not None}
+        missing = [q for q in dict.fromkeys(queries) if q not in found]
         if missing:
             raw = self.estimator.predict(missing)
             spread = served_spread(
@@ -135,16 +137,18 @@ class Predictor:
                 raw.distance,
                 self.spread_slope,
             )
-            if len(cache) + len(missing) > ANSWER_CACHE_SIZE:
-                cache.clear()
-            cache.update(
+            fresh = dict(
                 zip(
                     missing,
                     zip(raw.log_steps_per_sec, spread, raw.seen, raw.kind, raw.distance, strict=True),
                     strict=True,
                 )
             )
-        mean, spread, seen, kind, distance = zip(*(cache[q] for q in queries), strict=True)
+            found.update(fresh)
+            if len(cache) + len(fresh) > ANSWER_CACHE_SIZE:
+                cache.clear()
+            cache.update(fresh)
+        mean, spread, seen, kind, distance = zip(*(found[q] for q in queries), strict=True)
         return Prediction(
             np.array(mean), np.array(spread), np.array(seen, dtype=bool), np.array(kind), np.array(distance)
         )

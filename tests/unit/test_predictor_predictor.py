@@ -334,3 +334,19 @@ def test_answers_are_computed_once_per_configuration_and_not_stored(predictor):
     assert "_answers" not in pickle.loads(pickle.dumps(fresh)).__dict__
     with pytest.raises(PredictorInputError, match="no queries"):
         fresh.throughput([])
+
+
+def test_the_answer_cache_starts_afresh_beyond_its_size(predictor, monkeypatch):
+    import pickle
+
+    import models.predictor as served
+
+    monkeypatch.setattr(served, "ANSWER_CACHE_SIZE", 2)
+    fresh = pickle.loads(pickle.dumps(predictor))
+    queries = [Query("ResNet-50", 32, "p100", 2), Query("LM", 20, "v100", 1), Query("LM", 40, "k80", 2)]
+    whole = fresh.throughput(queries)
+    later = [Query("Transformer", 64, "k80", 1), Query("ResNet-50", 16, "v100", 4)]
+    fresh.throughput(later)  # 3 kept + 2 new > 2: the cache starts afresh with the 2 new ones
+    assert set(fresh.__dict__["_answers"]) == set(later)
+    again = fresh.throughput(queries[:1])  # computed again, the same answer
+    assert again.log_steps_per_sec[0] == pytest.approx(whole.log_steps_per_sec[0])
