@@ -102,17 +102,17 @@ class ModelCatalog:
         theirs = [self.find(r) for r in references]
         if mine is None or all(t is None for t in theirs):
             return None
-        dist = [
-            math.nan
-            if t is None
-            else abs(mine.log10_flops_per_param - t.log10_flops_per_param)
-            + FAMILY_DISTANCE * (t.family != mine.family)
-            for t in theirs
-        ]
+        dist = [math.nan if t is None else profile_distance(mine, t) for t in theirs]
         known = [d for d in dist if not math.isnan(d)]
         weights = [math.exp(-(max(known) if math.isnan(d) else d)) for d in dist]
         total = sum(weights)
         return tuple(w / total for w in weights)
+
+
+def profile_distance(a: ModelProfile, b: ModelProfile) -> float:
+    """How unlike two models are in how they use a card: decades of FLOPs per parameter apart, plus
+    FAMILY_DISTANCE if their families differ."""
+    return abs(a.log10_flops_per_param - b.log10_flops_per_param) + FAMILY_DISTANCE * (a.family != b.family)
 
 
 @lru_cache(maxsize=1)

@@ -46,6 +46,8 @@ class Prediction:
     """False where the model was not in the training data (the scheduler should explore it)."""
     kind: np.ndarray | None = None
     """Index into models.features.EXTRAPOLATION_KINDS per query (None where not computed)."""
+    distance: np.ndarray | None = None
+    """How far each query lies from the training data (models.features.FeatureBuilder.distances)."""
 
     @property
     def steps_per_sec(self) -> np.ndarray:
@@ -87,7 +89,8 @@ class Estimator(ABC):
         feats = self.features.transform(queries, self.uses_neighbours)
         mean, spread = self._predict(queries, feats)
         spread = np.where(feats.seen, spread, np.hypot(spread, self.features.unseen_spread))
-        return Prediction(mean, spread, feats.seen, self.features.kinds(queries))
+        kinds = self.features.kinds(queries)
+        return Prediction(mean, spread, feats.seen, kinds, self.features.distances(queries, kinds))
 
     def with_catalog(self, catalog: BenchmarkCatalog) -> Estimator:
         """A copy that knows the GPU types of `catalog` (new products need no retraining)."""

@@ -53,7 +53,7 @@ from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.jobs import normalise_precision
 from cpn.model_names import ModelNameError, model_key
 from models.benchmarks import BenchmarkCatalog, GpuProfile
-from models.catalog import ModelCatalog, shipped_catalog
+from models.catalog import FAMILY_DISTANCE, ModelCatalog, profile_distance, shipped_catalog
 from models.physical import PhysicalPrior, log_batch_of
 
 NEIGHBOUR_FEATURES = (
@@ -78,6 +78,10 @@ rectangles over the model's other precisions on the same GPU type (their count s
 count, from a count the query's configuration was measured at: the same machine, the same model)."""
 
 EXTRAPOLATION_KINDS = ("seen", "batch", "count", "gpu", "model")
+UNCATALOGUED_DISTANCE = FAMILY_DISTANCE + 1.0
+"""Distance from the data (FeatureBuilder.distances) of a model never measured that the catalog lacks, or
+with no catalogued model measured: as far as a model of another family a decade of FLOPs per parameter
+away (models.catalog.profile_distance), since nothing says it is nearer."""
 """How far a query is from what the predictor trained on: its configuration was measured (`seen`); its
 workload was measured on that GPU type at that count but not at that batch size (`batch`); on that GPU
 type but not at that count (`count`); not on that GPU type (`gpu`); never (`model`). Spreads are
@@ -398,6 +402,8 @@ class FeatureBuilder:
         }
         self._measured = {k: float(np.mean(v)) for k, v in values.items()}
         self._measured_nb = {}
+        self._distance_cache: dict = {}
+        self._gpus_of: dict[str, np.ndarray] | None = None
         by_model: dict[str, list[tuple[tuple[str, int | None, str, int], float]]] = defaultdict(list)
         for k, v in self._measured.items():
             by_model[k[0]].append((k, v))
@@ -519,6 +525,63 @@ class FeatureBuilder:
                 out[i] = 3 if key in self._by_model else 4
         return out
 
+    def distances(self, queries: Sequence[Query], kinds: np.ndarray) -> np.ndarray:
+        """How far each query lies from the training data, by its kind (EXTRAPOLATION_KINDS): for a GPU type
+        its workload was never measured on, the root-mean-square difference of log benchmark scores to the
+        nearest type it was measured on; for a model never measured, the model catalog's distance
+        (models.catalog.profile_distance) to the nearest measured one (UNCATALOGUED_DISTANCE where either
+        is uncatalogued); 0 for the other kinds. The stated spread widens with it
+        (models.predictor.served_spread)."""
+        out = np.zeros(len(queries))
+        gpu_kind, model_kind = EXTRAPOLATION_KINDS.index("gpu"), EXTRAPOLATION_KINDS.index("model")
+        far = np.flatnonzero((kinds == gpu_kind) | (kinds == model_kind))
+        for i in far:
+            q = queries[i]
+            if kinds[i] == gpu_kind:
+                out[i] = self._gpu_distance(
+                    workload_key(q.model, q.precision), self._profile(q.gpu_type, q.node)
+                )
+            else:
+                out[i] = self._model_distance(model_key(q.model))
+        return out
+
+    def _gpu_distance(self, key: str, profile: GpuProfile) -> float:
+        """RMS log-score distance from `profile` to the nearest GPU type `key` was measured on (cached per
+        fit: the scheduler asks about the same pairs every round)."""
+        cache = self.__dict__.setdefault("_distance_cache", {})
+        if (key, profile) not in cache:
+            if getattr(self, "_gpus_of", None) is None:
+                gpus_of: dict[str, set[str]] = defaultdict(set)
+                for k in self._measured:
+                    gpus_of[k[0]].add(k[2])
+                self._gpus_of = {
+                    k: np.log([self.catalog.find(g).scores for g in v]) for k, v in gpus_of.items()
+                }
+            theirs = self._gpus_of.get(key)
+            mine = np.log(profile.scores)
+            cache[(key, profile)] = (
+                UNCATALOGUED_DISTANCE
+                if theirs is None
+                else float(np.sqrt(((theirs - mine) ** 2).mean(axis=1)).min())
+            )
+        return cache[(key, profile)]
+
+    def _model_distance(self, model: str) -> float:
+        """Catalog distance from `model` to the nearest measured model (UNCATALOGUED_DISTANCE where either
+        side is uncatalogued), cached per fit."""
+        cache = self.__dict__.setdefault("_distance_cache", {})
+        if model not in cache:
+            mine = self.model_catalog.find(model)
+            theirs = [
+                p for k in self._by_model if (p := self.model_catalog.find(k.split("@")[0])) is not None
+            ]
+            cache[model] = (
+                UNCATALOGUED_DISTANCE
+                if mine is None or not theirs
+                else min(profile_distance(mine, p) for p in theirs)
+            )
+        return cache[model]
+
     def measured_batches(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(log batch sizes, log steps/s references) the workload `key` was measured at, by batch; None for a
         workload measured at a fixed batch, or never."""
@@ -635,5 +698,6 @@ class FeatureBuilder:
         clone = copy.copy(self)
         clone.catalog = catalog
         clone._measured_nb = {}
+        clone._distance_cache, clone._gpus_of = {}, None
         clone._anchors = {}
         return clone

@@ -110,9 +110,11 @@ def out_of_fold(
         return None
     mean, spread, seen = np.empty(len(rows)), np.empty(len(rows)), np.empty(len(rows), dtype=bool)
     kind = np.zeros(len(rows), dtype=np.int64)
+    distance = np.zeros(len(rows))
     for i, (train, test) in enumerate(splits, start=1):
         log.info("%s, %s: fold %d of %d (%d rows held out)", estimator, split, i, len(splits), len(test))
         est = make_estimator(estimator, catalog, seed, **(params or {})).fit([rows[i] for i in train])
         p = predict_rows(est, [rows[i] for i in test])
         mean[test], spread[test], seen[test], kind[test] = p.log_steps_per_sec, p.log_spread, p.seen, p.kind
-    return Prediction(mean, spread, seen, kind)
+        distance[test] = p.distance
+    return Prediction(mean, spread, seen, kind, distance)

@@ -268,6 +268,9 @@ class MemoryModel:
                 law = fit_law(rows)
                 if law is not None:
                     self._laws[key] = law
+        self._levels = {key: _largest_per_card(grouped[key]) for key in self._laws}
+        """Workload with a law -> GPU type -> (card GB, largest batch it ran there): on a card the table
+        measured, its own rows decide whether a batch fits (`estimate`)."""
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Models pickled before GPU counts were recorded pool every sample; before tables were read,
@@ -275,6 +278,7 @@ class MemoryModel:
         state.setdefault("_by_count", {})
         state.setdefault("_bounds", {})
         state.setdefault("_laws", {})
+        state.setdefault("_levels", {})
         self.__dict__.update(state)
 
     def models(self) -> list[str]:
@@ -286,25 +290,48 @@ class MemoryModel:
         return self._laws.get(workload_key(model, precision))
 
     def predict(
-        self, model: str, batch_size: int | None, num_gpus: int | None = None, precision: str = "fp32"
+        self,
+        model: str,
+        batch_size: int | None,
+        num_gpus: int | None = None,
+        precision: str = "fp32",
+        gpu_type: str | None = None,
     ) -> float | None:
         """GPU memory per card in GB on `num_gpus` cards (None = any count), or None without evidence;
         `estimate` says where the figure comes from."""
-        est = self.estimate(model, batch_size, num_gpus, precision)
+        est = self.estimate(model, batch_size, num_gpus, precision, gpu_type)
         return None if est is None else est.gpu_mem_gb
 
     def estimate(
-        self, model: str, batch_size: int | None, num_gpus: int | None = None, precision: str = "fp32"
+        self,
+        model: str,
+        batch_size: int | None,
+        num_gpus: int | None = None,
+        precision: str = "fp32",
+        gpu_type: str | None = None,
     ) -> MemoryEstimate | None:
         """GPU memory per card and its source (MEMORY_SOURCES): measured peaks of the workload first, then the
-        table's law, then the table's bound; None without evidence. The GPU type does not enter."""
+        table's law, then the table's bound; None without evidence.
+
+        The law is blind to the card, but cards of one memory size do not hold the same (ECC reserves
+        some, contexts differ: Lambda's A10 ran smaller largest batches than the RTX 3090's 24 GB). So on
+        a card the table measured the workload on (`gpu_type`, a canonical GPU key), its own largest batch
+        decides: up to it the figure is at most the card's memory, beyond it just over it. A card never
+        measured gets the law alone."""
         workload = workload_key(model, precision)
         law = self._laws.get(workload)
         measured = self._from_peaks(workload, batch_size, num_gpus, law)
         if measured is not None:
             return MemoryEstimate(measured, "measured")
         if law is not None and batch_size is not None:
-            return MemoryEstimate(law.at(batch_size), "fitted")
+            figure = law.at(batch_size)
+            if (level := self._levels.get(workload, {}).get(gpu_type or "")) is not None:
+                card_gb, largest = level
+                if batch_size <= largest:
+                    figure = min(figure, card_gb)
+                else:
+                    figure = max(figure, card_gb + MEMORY_MARGIN_GB)
+            return MemoryEstimate(figure, "fitted")
         bound = self._bound(workload, batch_size, num_gpus)
         return None if bound is None else MemoryEstimate(bound, "bound")
 
@@ -315,11 +342,12 @@ class MemoryModel:
         num_gpus: int | None,
         declared_gb: float | None,
         precision: str = "fp32",
+        gpu_type: str | None = None,
     ) -> float | None:
-        """The figure to give the scheduler for a job declaring `declared_gb` (None: nothing): a measured
-        or fitted figure; a bound only to a job that declares nothing, since policies take the larger of
-        declared and estimated and would turn "at most N GB" into a need of N GB."""
-        est = self.estimate(model, batch_size, num_gpus, precision)
+        """The figure to give the scheduler for a job declaring `declared_gb` (None: nothing) on `gpu_type`:
+        a measured or fitted figure; a bound only to a job that declares nothing, since policies take the
+        larger of declared and estimated and would turn "at most N GB" into a need of N GB."""
+        est = self.estimate(model, batch_size, num_gpus, precision, gpu_type)
         if est is None or (est.source == "bound" and declared_gb is not None):
             return None
         return est.gpu_mem_gb
@@ -375,10 +403,14 @@ def leave_gpu_out(
 
     Per (workload, held-out card) pair, with b its largest batch on that card and M its memory:
     `fits` = predicted memory at b <= M; `next_over` = predicted memory at the smallest larger batch the
-    workload ran on other cards > M (pairs that have one); `rel_error` = |predicted at b - M| / M.
-    Returns {"pairs", "fits", "next_pairs", "next_over", "median_rel_error", "sources"} (shares as
-    fractions; sources: how many answers came from each MEMORY_SOURCES), or None when no workload is
-    largest-fitting on two or more GPU types.
+    workload ran on other cards > M (pairs that have one); `rel_error` = |predicted at b - M| / M;
+    `next_contradicted`: of the next larger batches predicted to fit (an OOM the estimate would allow),
+    how many ran on another card of at most M GB, so that the table itself says they fit such a card
+    (the held-out card holds less than its size says: ECC, a larger context; no figure that depends on
+    model, batch and card memory alone can get them right).
+    Returns {"pairs", "fits", "next_pairs", "next_over", "next_contradicted", "median_rel_error",
+    "sources"} (shares as fractions; sources: how many answers came from each MEMORY_SOURCES), or None
+    when no workload is largest-fitting on two or more GPU types.
     """
     evidence = card_evidence(rows, catalog)
     grouped: dict[str, list[CardEvidence]] = defaultdict(list)
@@ -393,6 +425,7 @@ def leave_gpu_out(
     if not chosen:
         return None
     fits, over, errors = [], [], []
+    contradicted = 0
     sources: dict[str, int] = dict.fromkeys(MEMORY_SOURCES, 0)
     for gpu in sorted({e.gpu_type for k in chosen for e in grouped[k]}):
         model = MemoryModel(evidence=[e for e in evidence if e.gpu_type != gpu], largest_fits=largest_fits)
@@ -419,11 +452,16 @@ def leave_gpu_out(
             )
             if larger:
                 over.append((model.predict(name, larger[0], precision=precision) or 0.0) > card_gb)
+                contradicted += not over[-1] and any(
+                    e.ran and e.gpu_type != gpu and e.batch_size == larger[0] and e.card_gb <= card_gb
+                    for e in grouped[key]
+                )
     return {
         "pairs": len(fits),
         "fits": float(np.mean(fits)),
         "next_pairs": len(over),
         "next_over": float(np.mean(over)) if over else None,
+        "next_contradicted": contradicted,
         "median_rel_error": float(np.median(errors)),
         "sources": sources,
     }

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from sklearn.linear_model import QuantileRegressor
 
 from cpn.decisions import Estimate
 from cpn.engine.feedback import CompletedRun
@@ -53,6 +54,10 @@ from models.work import (
 
 log = logging.getLogger(__name__)
 
+ANSWER_CACHE_SIZE = 200_000
+"""Configurations whose answers a Predictor keeps (`throughput`); beyond it the cache starts afresh. A
+queue of thousands of jobs on tens of GPU types fits many times over."""
+
 _UNSCORED_LOGGED: set[str] = set()
 """GPU types already logged as unscored by `Predictor.estimates` (once per process, not every round)."""
 
@@ -67,6 +72,7 @@ class Predictor:
         spread_scale: float = 1.0,
         spread_floor: dict[str, float] | None = None,
         work: WorkRatios | None = None,
+        spread_slope: dict[str, float] | None = None,
     ) -> None:
         self.estimator = estimator
         self.memory = memory or MemoryModel()
@@ -74,6 +80,9 @@ class Predictor:
         """Factor from the estimator's raw spread to a calibrated one (see calibrate_spread)."""
         self.spread_floor = {k: 0.0 for k in EXTRAPOLATION_KINDS} | (spread_floor or {})
         """Extra spread (log units) per kind of extrapolation, combined in quadrature; 0 for `seen`."""
+        self.spread_slope = {k: 0.0 for k in EXTRAPOLATION_KINDS} | (spread_slope or {})
+        """Extra spread per unit of distance from the data (Prediction.distance), per kind: an unseen GPU
+        type or model unlike any measured one is less sure than one like them."""
         self.work = work or WorkRatios()
         """What completed runs without steps measured against their work estimates (models.work)."""
 
@@ -85,7 +94,12 @@ class Predictor:
     def with_catalog(self, catalog: BenchmarkCatalog) -> Predictor:
         """A copy that also knows the GPU types of `catalog`, scored the same way; no retraining."""
         return Predictor(
-            self.estimator.with_catalog(catalog), self.memory, self.spread_scale, self.spread_floor, self.work
+            self.estimator.with_catalog(catalog),
+            self.memory,
+            self.spread_scale,
+            self.spread_floor,
+            self.work,
+            self.spread_slope,
         )
 
     def __setstate__(self, state: dict) -> None:
@@ -93,13 +107,51 @@ class Predictor:
         # estimates, no ratios learnt.
         state.setdefault("spread_floor", dict.fromkeys(EXTRAPOLATION_KINDS, 0.0))
         state.setdefault("work", WorkRatios())
+        state.setdefault("spread_slope", dict.fromkeys(EXTRAPOLATION_KINDS, 0.0))
         self.__dict__.update(state)
 
+    def __getstate__(self) -> dict:
+        # The answer cache is rebuilt on use; a stored model does not carry it.
+        return {k: v for k, v in self.__dict__.items() if k != "_answers"}
+
     def throughput(self, queries: Sequence[Query]) -> Prediction:
-        """Predicted steps/s, calibrated spread, seen-flag and extrapolation kind of each query."""
-        raw = self.estimator.predict(queries)
-        spread = served_spread(raw.log_spread, raw.kind, self.spread_scale, self.spread_floor)
-        return Prediction(raw.log_steps_per_sec, spread, raw.seen, raw.kind)
+        """Predicted steps/s, calibrated spread, seen-flag and extrapolation kind of each query.
+
+        A trained Predictor never changes (retraining, `with_catalog` and `learn_work` make new ones), so
+        each configuration's answer is computed once and kept: the scheduler asks about the same queue
+        every round, and a round's cost is then a look-up per pair whatever the table and the forests
+        (ANSWER_CACHE_SIZE)."""
+        if not queries:
+            raise PredictorInputError("no queries to predict")
+        cache: dict[Query, tuple] = self.__dict__.setdefault("_answers", {})
+        # Answers found are read once, so that another thread starting the cache afresh loses nothing here.
+        found = {q: a for q in dict.fromkeys(queries) if (a := cache.get(q)) is not None}
+        missing = [q for q in dict.fromkeys(queries) if q not in found]
+        if missing:
+            raw = self.estimator.predict(missing)
+            spread = served_spread(
+                raw.log_spread,
+                raw.kind,
+                self.spread_scale,
+                self.spread_floor,
+                raw.distance,
+                self.spread_slope,
+            )
+            fresh = dict(
+                zip(
+                    missing,
+                    zip(raw.log_steps_per_sec, spread, raw.seen, raw.kind, raw.distance, strict=True),
+                    strict=True,
+                )
+            )
+            found.update(fresh)
+            if len(cache) + len(fresh) > ANSWER_CACHE_SIZE:
+                cache.clear()
+            cache.update(fresh)
+        mean, spread, seen, kind, distance = zip(*(found[q] for q in queries), strict=True)
+        return Prediction(
+            np.array(mean), np.array(spread), np.array(seen, dtype=bool), np.array(kind), np.array(distance)
+        )
 
     def trained_on(self, queries: Sequence[Query]) -> np.ndarray:
         """True where the query's configuration was among the training rows."""
@@ -200,9 +252,11 @@ class Predictor:
             queries = [self._query(pairs[i], b) for i, (b, _) in zip(by_steps, batches, strict=True)]
             pred = self.throughput(queries)
             runtime = np.array([steps[i] for i in by_steps], dtype=float) / pred.steps_per_sec
+            keys = {gpu: self._gpu_profile(gpu).key for gpu in {pairs[i][1] for i in by_steps}}
             for k, i in enumerate(by_steps):
                 spread = math.hypot(pred.log_spread[k], batches[k][1])
-                out[i] = self._estimate(pairs[i][0], runtime[k], spread, not bool(pred.seen[k]))
+                explore = not bool(pred.seen[k])
+                out[i] = self._estimate(pairs[i][0], runtime[k], spread, explore, keys[pairs[i][1]])
         if by_work:
             for i, est in zip(by_work, self.work_estimates([pairs[i] for i in by_work]), strict=True):
                 out[i] = est
@@ -218,8 +272,12 @@ class Predictor:
         except PredictorInputError as exc:
             raise PredictorInputError(f"job {job.job_id}: {exc}") from None
 
-    def _estimate(self, job: JobSpec, runtime: float, log_spread: float, explore: bool) -> Estimate:
-        memory = self.memory.for_job(job.model, job.batch_size, job.num_gpus, job.gpu_mem_gb, job.precision)
+    def _estimate(
+        self, job: JobSpec, runtime: float, log_spread: float, explore: bool, gpu_key: str | None = None
+    ) -> Estimate:
+        memory = self.memory.for_job(
+            job.model, job.batch_size, job.num_gpus, job.gpu_mem_gb, job.precision, gpu_key
+        )
         return Estimate(
             runtime_s=float(runtime),
             gpu_mem_gb=memory,
@@ -312,7 +370,7 @@ class Predictor:
                 known = correction.spread if correction.spread is not None else ONE_RUN_SPREAD
                 spread = math.hypot(known, self.spread_floor[correction.kind])
                 explore = False
-            out.append(self._estimate(job, work * math.exp(log_cost), spread, explore))
+            out.append(self._estimate(job, work * math.exp(log_cost), spread, explore, gpu_key))
         return out
 
     def unseen_cost(self, num_gpus: int) -> tuple[float, float]:
@@ -377,7 +435,12 @@ class Predictor:
             )
         ]
         return Predictor(
-            self.estimator, self.memory, self.spread_scale, self.spread_floor, WorkRatios(observations)
+            self.estimator,
+            self.memory,
+            self.spread_scale,
+            self.spread_floor,
+            WorkRatios(observations),
+            self.spread_slope,
         )
 
 
@@ -396,23 +459,38 @@ def log_errors(rows: Sequence[ThroughputRow], pred: Prediction) -> np.ndarray:
     return np.abs(np.log([r.steps_per_sec for r in rows]) - pred.log_steps_per_sec)
 
 
-def served_spread(raw: np.ndarray, kinds: np.ndarray, scale: float, floor: dict[str, float]) -> np.ndarray:
-    """The stated spread: the raw spread times `scale`, and the kind's floor, in quadrature."""
+def served_spread(
+    raw: np.ndarray,
+    kinds: np.ndarray,
+    scale: float,
+    floor: dict[str, float],
+    distance: np.ndarray | None = None,
+    slope: dict[str, float] | None = None,
+) -> np.ndarray:
+    """The stated spread: the raw spread times `scale`, and the kind's floor plus its slope times the
+    query's distance from the data, in quadrature."""
     floors = np.array([floor[k] for k in EXTRAPOLATION_KINDS])[kinds]
+    if distance is not None and slope is not None:
+        floors = floors + np.array([slope.get(k, 0.0) for k in EXTRAPOLATION_KINDS])[kinds] * distance
     return np.hypot(raw * scale, floors)
 
 
 def calibration_from(
-    errors: np.ndarray, raw: np.ndarray, kinds: np.ndarray
-) -> tuple[float, dict[str, float]]:
-    """(scale, floor per kind) such that 68% of the errors of each kind lie within `served_spread`.
+    errors: np.ndarray, raw: np.ndarray, kinds: np.ndarray, distance: np.ndarray | None = None
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """(scale, floor per kind, slope per kind) such that 68% of the errors of each kind lie within
+    `served_spread`.
 
     The scale is the smallest over kinds of the 68% quantile of error / raw spread (what a measured
-    configuration gets); each kind's floor is the 68% quantile of what its errors need beyond that. A kind
-    with fewer than MIN_CALIBRATION_ROWS rows takes what all rows pooled need.
+    configuration gets); each kind's floor is the 68% quantile of what its errors need beyond that, or,
+    where its rows lie at different distances from the data, a floor plus a slope on the distance: the 68%
+    quantile regression of the need on the distance (scikit-learn's QuantileRegressor, a linear programme),
+    kept where the slope comes out positive (farther is never surer). A kind with fewer than
+    MIN_CALIBRATION_ROWS rows takes what all rows pooled need.
     """
+    no_slope = dict.fromkeys(EXTRAPOLATION_KINDS, 0.0)
     if not len(errors):
-        return 1.0, dict.fromkeys(EXTRAPOLATION_KINDS, 0.0)
+        return 1.0, dict(no_slope), no_slope
     ratios = errors / np.maximum(raw, 1e-6)
     groups = {
         kind: (kinds == i) if (kinds == i).sum() >= MIN_CALIBRATION_ROWS else np.ones(len(errors), bool)
@@ -420,8 +498,15 @@ def calibration_from(
     }
     scale = max(min(float(np.quantile(ratios[g], 0.68)) for g in groups.values()), 1e-3)
     need = np.sqrt(np.maximum(errors**2 - (raw * scale) ** 2, 0.0))
-    floor = {kind: float(np.quantile(need[g], 0.68)) for kind, g in groups.items()}
-    return scale, {"seen": 0.0, **floor}
+    floor = {"seen": 0.0}
+    slope = dict(no_slope)
+    for kind, g in groups.items():
+        floor[kind] = float(np.quantile(need[g], 0.68))
+        if distance is not None and np.ptp(distance[g]) > 0:
+            fit = QuantileRegressor(quantile=0.68, alpha=0.0, solver="highs").fit(distance[g, None], need[g])
+            if fit.coef_[0] > 0 and fit.intercept_ >= 0:
+                floor[kind], slope[kind] = float(fit.intercept_), float(fit.coef_[0])
+    return scale, floor, slope
 
 
 def calibrate_spread(
@@ -430,10 +515,10 @@ def calibrate_spread(
     estimator: str,
     seed: int = 0,
     params: dict[str, Any] | None = None,
-) -> tuple[float, dict[str, float]]:
-    """(scale, floor per extrapolation kind) from out-of-fold errors of the rows (calibration_from); no
-    scaling and no floors if the rows support no split."""
-    errors, raw, kinds = [], [], []
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """(scale, floor and slope per extrapolation kind) from out-of-fold errors of the rows
+    (calibration_from); no scaling, floors or slopes if the rows support no split."""
+    errors, raw, kinds, distance = [], [], [], []
     for split in CALIBRATION_SPLITS:
         log.info("%s: calibrating the spread on %s out-of-fold errors", estimator, split)
         pred = out_of_fold(rows, catalog, estimator, split, seed, params, max_folds=CALIBRATION_FOLDS)
@@ -441,9 +526,10 @@ def calibrate_spread(
             errors.append(log_errors(rows, pred))
             raw.append(pred.log_spread)
             kinds.append(pred.kind)
+            distance.append(pred.distance)
     if not errors:
-        return 1.0, dict.fromkeys(EXTRAPOLATION_KINDS, 0.0)
-    return calibration_from(np.concatenate(errors), np.concatenate(raw), np.concatenate(kinds))
+        return 1.0, dict.fromkeys(EXTRAPOLATION_KINDS, 0.0), dict.fromkeys(EXTRAPOLATION_KINDS, 0.0)
+    return calibration_from(*(np.concatenate(x) for x in (errors, raw, kinds, distance)))
 
 
 def fit_predictor(
@@ -466,8 +552,10 @@ def fit_predictor(
     With `calibrate`, more fits on the rows (5 folds plus one per GPU type) set the spread scales
     (calibrate_spread).
     """
-    scale, floor = calibrate_spread(rows, catalog, estimator, seed, params) if calibrate else (1.0, None)
+    scale, floor, slope = (
+        calibrate_spread(rows, catalog, estimator, seed, params) if calibrate else (1.0, None, None)
+    )
     fitted = make_estimator(estimator, catalog, seed, **params).fit(rows)
     evidence = card_evidence(rows if memory_rows is None else memory_rows, catalog)
-    predictor = Predictor(fitted, MemoryModel(memory_samples, evidence), scale, floor)
+    predictor = Predictor(fitted, MemoryModel(memory_samples, evidence), scale, floor, spread_slope=slope)
     return predictor.learn_work(work_runs) if work_runs else predictor

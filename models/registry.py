@@ -329,6 +329,7 @@ def train_and_register(
                     "seed": seed,
                     "spread_scale": predictor.spread_scale,
                     **{f"spread_floor_{k}": v for k, v in predictor.spread_floor.items()},
+                    **{f"spread_slope_{k}": v for k, v in predictor.spread_slope.items()},
                     "rows": len(rows),
                     "holdout_rows": len(holdout),
                     "work_runs": len(predictor.work),

@@ -16,6 +16,7 @@ from models.memory import MemoryModel, MemorySample
 from models.predictor import (
     CALIBRATION_FOLDS,
     CALIBRATION_SPLITS,
+    calibration_from,
     fit_predictor,
     log_errors,
     served_spread,
@@ -189,17 +190,18 @@ def test_spread_is_calibrated_per_kind_on_out_of_fold_errors():
     noisy = _noisy()
     params = {"n_estimators": 60, "members": 2}
     # The fitted predictor's own calibration (calibrate_spread, run by fit_predictor) is what is checked:
-    # its scale and floors must cover 68% of the out-of-fold errors of each kind.
+    # its scale, floors and slopes must cover 68% of the out-of-fold errors of each kind.
     predictor = fit_predictor(noisy, catalog(), "xgb", **params)
-    scale, floor = predictor.spread_scale, predictor.spread_floor
-    errors, raw, kinds = [], [], []
+    scale, floor, slope = predictor.spread_scale, predictor.spread_floor, predictor.spread_slope
+    errors, raw, kinds, distance = [], [], [], []
     for split in CALIBRATION_SPLITS:
         oof = out_of_fold(noisy, catalog(), "xgb", split, params=params, max_folds=CALIBRATION_FOLDS)
         errors.append(log_errors(noisy, oof))
         raw.append(oof.log_spread)
         kinds.append(oof.kind)
-    errors, raw, kinds = np.concatenate(errors), np.concatenate(raw), np.concatenate(kinds)
-    stated = served_spread(raw, kinds, scale, floor)
+        distance.append(oof.distance)
+    errors, raw, kinds, distance = (np.concatenate(x) for x in (errors, raw, kinds, distance))
+    stated = served_spread(raw, kinds, scale, floor, distance, slope)
     for i, kind in enumerate(EXTRAPOLATION_KINDS):
         if (kinds == i).sum() >= 20:
             assert (errors[kinds == i] <= stated[kinds == i]).mean() == pytest.approx(0.68, abs=0.05), kind
@@ -208,6 +210,7 @@ def test_spread_is_calibrated_per_kind_on_out_of_fold_errors():
 
     queries = [Query("LM", 20, "v100", 1), Query("LM", 30, "v100", 1)]
     raw = predictor.estimator.predict(queries).log_spread
+    assert slope["batch"] == 0  # no distance: no slope
     expected = [raw[0] * scale, math.hypot(raw[1] * scale, floor["batch"])]
     assert predictor.throughput(queries).log_spread == pytest.approx(expected)
     uncalibrated = fit_predictor(noisy, catalog(), "xgb", calibrate=False, **params)
@@ -252,3 +255,98 @@ def test_retraining_is_due_after_enough_new_completions_or_enough_time():
     assert schedule.decide(LastTraining(1000.0, 50.0), finished, now_s=1000.0 + 3600)[0], "an hour passed"
     # Trained on the table alone: every completion is new.
     assert schedule.decide(LastTraining(1000.0, None), finished, now_s=1600.0)[0]
+
+
+def test_the_spread_of_an_unseen_gpu_type_widens_with_its_distance_from_the_data():
+    # Errors of unseen GPU types that grow with the distance: the calibration learns a slope, and each
+    # band of distance gets about 68% of its errors within the stated spread, near and far alike.
+    rng = np.random.default_rng(0)
+    n = 600
+    distance = rng.uniform(0.0, 2.0, n)
+    errors = np.abs(rng.normal(0.0, 0.05 + 0.3 * distance))
+    kinds = np.full(n, EXTRAPOLATION_KINDS.index("gpu"))
+    raw = np.full(n, 0.01)
+    # Measured-like rows (another kind, at distance 0) whose errors the raw spread explains set the scale.
+    batch = np.full(200, EXTRAPOLATION_KINDS.index("batch"))
+    scale, floor, slope = calibration_from(
+        np.concatenate([errors, np.abs(rng.normal(0.0, 0.01, 200))]),
+        np.concatenate([raw, np.full(200, 0.01)]),
+        np.concatenate([kinds, batch]),
+        np.concatenate([distance, np.zeros(200)]),
+    )
+    assert slope["gpu"] > 0 and slope["seen"] == 0
+    stated = served_spread(raw, kinds, scale, floor, distance, slope)
+    for band in ((0.0, 0.5), (1.5, 2.0)):
+        inside = (distance >= band[0]) & (distance < band[1])
+        assert (errors[inside] <= stated[inside]).mean() == pytest.approx(0.68, abs=0.08), band
+    # One floor for every distance would cover the near far more and the far far less.
+    flat_scale, flat_floor, _ = calibration_from(
+        np.concatenate([errors, np.abs(rng.normal(0.0, 0.01, 200))]),
+        np.concatenate([raw, np.full(200, 0.01)]),
+        np.concatenate([kinds, batch]),
+    )
+    flat = served_spread(raw, kinds, flat_scale, flat_floor)
+    far = distance >= 1.5
+    assert (errors[far] <= flat[far]).mean() < 0.55
+
+
+def test_distance_from_the_data_orders_unseen_gpu_types_and_models():
+    from models.estimators import make_estimator
+
+    speeds = {"k80": 1.0, "p100": 4.0, "v100": 7.0, "h100": 30.0}
+    trained = make_estimator("baseline", catalog(speeds)).fit(rows(gpus=("k80", "p100")))
+    queries = [
+        Query("ResNet-50", 32, "p100", 1),  # measured
+        Query("ResNet-50", 32, "v100", 1),  # unseen type, near p100
+        Query("ResNet-50", 32, "h100", 1),  # unseen type, far beyond
+        Query("densenet121", 32, "p100", 1),  # unseen model, a CNN like ResNet-50
+        Query("ncf", 32, "p100", 1),  # unseen model, of a family none measured is in
+        Query("no-such-model", 32, "p100", 1),  # uncatalogued
+    ]
+    pred = trained.predict(queries)
+    assert [EXTRAPOLATION_KINDS[k] for k in pred.kind] == ["seen", "gpu", "gpu", "model", "model", "model"]
+    d = pred.distance
+    assert d[0] == 0 and 0 < d[1] < d[2]
+    assert 0 <= d[3] < min(d[4], d[5])  # a CNN like the measured ResNet-50 is nearest
+
+
+def test_answers_are_computed_once_per_configuration_and_not_stored(predictor):
+    import pickle
+
+    queries = [
+        Query("ResNet-50", 32, "p100", 2),
+        Query("LM", 20, "v100", 1),
+        Query("ResNet-50", 48, "k80", 4),
+    ]
+    fresh = pickle.loads(pickle.dumps(predictor))
+    first = fresh.throughput(queries)
+    calls = []
+    predict = fresh.estimator.predict
+    fresh.estimator.predict = lambda qs: calls.append(list(qs)) or predict(qs)
+    again = fresh.throughput([queries[2], queries[0], Query("LM", 40, "k80", 2), queries[2]])
+    assert calls == [[Query("LM", 40, "k80", 2)]]  # only the new configuration is computed
+    assert again.log_steps_per_sec[[0, 1, 3]] == pytest.approx(first.log_steps_per_sec[[2, 0, 2]])
+    assert again.log_spread[[0, 1]] == pytest.approx(first.log_spread[[2, 0]])
+    assert again.seen[1] and again.kind.dtype.kind == "i" and again.seen.dtype == bool
+    del fresh.estimator.predict
+    uncached = fresh.estimator.predict(queries)  # the estimator itself: the same answers
+    assert first.log_steps_per_sec == pytest.approx(uncached.log_steps_per_sec)
+    assert "_answers" not in pickle.loads(pickle.dumps(fresh)).__dict__
+    with pytest.raises(PredictorInputError, match="no queries"):
+        fresh.throughput([])
+
+
+def test_the_answer_cache_starts_afresh_beyond_its_size(predictor, monkeypatch):
+    import pickle
+
+    import models.predictor as served
+
+    monkeypatch.setattr(served, "ANSWER_CACHE_SIZE", 2)
+    fresh = pickle.loads(pickle.dumps(predictor))
+    queries = [Query("ResNet-50", 32, "p100", 2), Query("LM", 20, "v100", 1), Query("LM", 40, "k80", 2)]
+    whole = fresh.throughput(queries)
+    later = [Query("Transformer", 64, "k80", 1), Query("ResNet-50", 16, "v100", 4)]
+    fresh.throughput(later)  # 3 kept + 2 new > 2: the cache starts afresh with the 2 new ones
+    assert set(fresh.__dict__["_answers"]) == set(later)
+    again = fresh.throughput(queries[:1])  # computed again, the same answer
+    assert again.log_steps_per_sec[0] == pytest.approx(whole.log_steps_per_sec[0])
