@@ -1255,6 +1255,12 @@ class JobStore:
             for _, job_id, state, order, loc, image, floor, accepted in rows
         ]
 
+    def terms(self) -> set[int]:
+        """The scheduler terms assignments and submissions were recorded under (one per leader that wrote):
+        what a test of takeovers counts."""
+        term = TRANSITIONS.c.term
+        return {t for (t,) in self._database.read(select(term).where(term.is_not(None)).distinct())}
+
     def specs(self, job_ids: Sequence[str]) -> dict[str, JobSpec]:
         """The specs of those of `job_ids` that exist."""
         with self._database.reading() as db:
