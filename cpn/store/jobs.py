@@ -93,8 +93,13 @@ _MOVE = (
         }
     )
 )
-_INSERT_JOB = insert(JOBS)
-_INSERT_TRANSITION = insert(TRANSITIONS)
+_NEW_JOB = ("job_id", "spec", "state", "location", "submitted_at", "updated_at")
+"""The columns a submission writes of a new job (the rest start NULL)."""
+_INSERT_JOB = insert(JOBS).values({name: bindparam(name) for name in _NEW_JOB})
+_INSERT_TRANSITION = insert(TRANSITIONS).values(
+    {c.name: bindparam(c.name) for c in TRANSITIONS.c if c.name != "seq"}
+)
+"""Both run on the driver (StoreDatabase.run), with every parameter given."""
 _HISTORY = (
     select(*_TRANSITION_COLUMNS)
     .where(TRANSITIONS.c.job_id == bindparam("job_id"))
@@ -154,7 +159,7 @@ class JobTable:
         outcomes: list[SubmitOutcome] = []
         new_jobs: list[dict] = []
         with self._database.write() as db:
-            known = _stored_specs(db, [job_id for job_id, _, _ in encoded])
+            known = self._stored_specs(db, [job_id for job_id, _, _ in encoded])
             for job_id, text, spec in encoded:
                 stored = known.get(job_id)
                 if stored is None:
@@ -175,14 +180,11 @@ class JobTable:
                 else:
                     raise JobConflict(job_id, differing_fields(stored, text))
             if new_jobs:
-                db.execute(_INSERT_JOB, new_jobs)
-                db.execute(
-                    _INSERT_TRANSITION,
-                    [
-                        transition_row(job["job_id"], None, JobState.QUEUED, now, "accepted")
-                        for job in new_jobs
-                    ],
-                )
+                self._database.run_many(_INSERT_JOB, new_jobs)
+                entries = [
+                    transition_row(job["job_id"], None, JobState.QUEUED, now, "accepted") for job in new_jobs
+                ]
+                self._database.run_many(_INSERT_TRANSITION, entries)
         if new_jobs:
             for listener in self._listeners:
                 listener()
@@ -261,7 +263,7 @@ class JobTable:
                 "wait_detail": row.wait_detail if queued else None,
             } | {name: getattr(row, name) if queued else None for name in _PREDICTED}
             db.execute(_MOVE, {f"m_{name}": value for name, value in moved.items()} | {"m_job": job_id})
-            db.execute(
+            self._database.run(
                 _INSERT_TRANSITION,
                 transition_row(
                     job_id, old_state, new_state, now, reason, cluster, node, gpu_mem_gb, log_tail, cause
@@ -269,6 +271,15 @@ class JobTable:
                 | {"term": self._fence.term if fenced else None},
             )
             facts.record(db, job_id, old_state, new_state, now, fact)
+
+    def _stored_specs(self, db: Connection, job_ids: list[str]) -> dict[str, str]:
+        """Stored canonical specs of those of `job_ids` that exist, re-encoded by the current JobSpec, in
+        write transaction `db` (one id, a client posting one job at a time: on the driver)."""
+        if len(set(job_ids)) == 1:
+            found = dict(self._database.run(_SPEC_OF, {"job_id": job_ids[0]}))
+        else:
+            found = _raw_specs(db, job_ids)
+        return {job_id: encode(decode(text)) for job_id, text in found.items()}
 
     def cancel(self, job_id: str, by: str) -> CancelOutcome:
         """Cancel a job on behalf of `by` (who is recorded), atomically; UnknownJob for an unknown id.
@@ -480,8 +491,3 @@ def _raw_specs(db: Connection, job_ids: Sequence[str]) -> dict[str, str]:
     for start in range(0, len(unique), _IN_CHUNK):
         found.update(db.execute(_SPECS_OF, {"ids": unique[start : start + _IN_CHUNK]}).all())
     return found
-
-
-def _stored_specs(db: Connection, job_ids: list[str]) -> dict[str, str]:
-    """Stored canonical specs of those of `job_ids` that exist, re-encoded by the current JobSpec."""
-    return {job_id: encode(decode(text)) for job_id, text in _raw_specs(db, job_ids).items()}

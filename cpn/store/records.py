@@ -208,7 +208,7 @@ def transition_row(
     log_tail: str = "",
     cause: Cause = Cause.NONE,
 ) -> dict:
-    """A TRANSITIONS row's values (all but its position and term)."""
+    """A TRANSITIONS row's values but its position; its term None (a fenced move sets it)."""
     return {
         "job_id": job_id,
         "from_state": None if from_state is None else from_state.value,
@@ -220,6 +220,7 @@ def transition_row(
         "gpu_mem_gb": gpu_mem_gb,
         "log_tail": log_tail,
         "cause": Cause(cause).value,
+        "term": None,
     }
 
 
