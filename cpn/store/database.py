@@ -268,6 +268,12 @@ class StoreDatabase:
         cursor.execute(self.sql(statement), params or {})
         return cursor.fetchall() if cursor.description else []
 
+    def changed(self, statement: Executable, params: dict[str, Any]) -> int:
+        """Run a write `statement` as `run` does; how many rows it changed."""
+        cursor = self.driver_connection.cursor()
+        cursor.execute(self.sql(statement), params)
+        return cursor.rowcount
+
     def run_many(self, statement: Executable, rows: Sequence[dict[str, Any]]) -> None:
         """Run `statement` inside `write()` once for each of `rows`, as `run` does (one executemany)."""
         cursor = self.driver_connection.cursor()

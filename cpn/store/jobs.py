@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import (
     Connection,
@@ -20,6 +21,8 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from cpn.clock import Clock
 from cpn.decisions import Placement, Waiting
@@ -95,7 +98,8 @@ _MOVE = (
 )
 _NEW_JOB = ("job_id", "spec", "state", "location", "submitted_at", "updated_at")
 """The columns a submission writes of a new job (the rest start NULL)."""
-_INSERT_JOB = insert(JOBS).values({name: bindparam(name) for name in _NEW_JOB})
+_NEW_ROW = {name: bindparam(name) for name in _NEW_JOB}
+_INSERT_JOB = insert(JOBS).values(_NEW_ROW)
 _INSERT_TRANSITION = insert(TRANSITIONS).values(
     {c.name: bindparam(c.name) for c in TRANSITIONS.c if c.name != "seq"}
 )
@@ -146,6 +150,13 @@ class JobTable:
         self._clock = clock
         self._fence = fence
         self._listeners: list[Callable[[], None]] = []
+        upsert = sqlite_insert if database.dialect == "sqlite" else postgresql_insert
+        self._insert_if_new = (
+            upsert(JOBS)
+            .values(_INSERT_JOB.compile().params)
+            .on_conflict_do_nothing(index_elements=["job_id"])
+        )
+        """A new job's row, left out if its id is stored already: one statement, no read before it."""
 
     def submit(self, specs: Sequence[JobSpec]) -> list[SubmitOutcome]:
         """Queue new jobs, all or none, in the given order; one outcome per spec.
@@ -156,31 +167,15 @@ class JobTable:
         """
         encoded = [(spec.job_id, encode(spec), spec) for spec in specs]
         now = self._clock.now()
-        outcomes: list[SubmitOutcome] = []
-        new_jobs: list[dict] = []
         with self._database.write() as db:
-            known = self._stored_specs(db, [job_id for job_id, _, _ in encoded])
-            for job_id, text, spec in encoded:
-                stored = known.get(job_id)
-                if stored is None:
-                    known[job_id] = text
-                    new_jobs.append(
-                        {
-                            "job_id": job_id,
-                            "spec": text,
-                            "state": JobState.QUEUED.value,
-                            "location": spec.source_cluster,
-                            "submitted_at": now,
-                            "updated_at": now,
-                        }
-                    )
-                    outcomes.append(SubmitOutcome(job_id, "created"))
-                elif stored == text:
-                    outcomes.append(SubmitOutcome(job_id, "already_exists"))
-                else:
-                    raise JobConflict(job_id, differing_fields(stored, text))
+            one = _new_job(*encoded[0], now) if len(encoded) == 1 else None
+            if one is not None and self._database.changed(self._insert_if_new, one):
+                new_jobs, outcomes = [one], [SubmitOutcome(one["job_id"], "created")]  # one new job: no read
+            else:
+                new_jobs, outcomes = self._sort_out(db, encoded, now)
+                if new_jobs:
+                    self._database.run_many(_INSERT_JOB, new_jobs)
             if new_jobs:
-                self._database.run_many(_INSERT_JOB, new_jobs)
                 entries = [
                     transition_row(job["job_id"], None, JobState.QUEUED, now, "accepted") for job in new_jobs
                 ]
@@ -189,6 +184,26 @@ class JobTable:
             for listener in self._listeners:
                 listener()
         return outcomes
+
+    def _sort_out(
+        self, db: Connection, encoded: list[tuple[str, str, JobSpec]], now: float
+    ) -> tuple[list[dict], list[SubmitOutcome]]:
+        """The rows of the new jobs among `encoded` (id, canonical JSON, spec) and every one's outcome, in
+        write transaction `db`; JobConflict for a stored id with different content."""
+        known = self._stored_specs(db, [job_id for job_id, _, _ in encoded])
+        new_jobs: list[dict] = []
+        outcomes: list[SubmitOutcome] = []
+        for job_id, text, spec in encoded:
+            stored = known.get(job_id)
+            if stored is None:
+                known[job_id] = text
+                new_jobs.append(_new_job(job_id, text, spec, now))
+                outcomes.append(SubmitOutcome(job_id, "created"))
+            elif stored == text:
+                outcomes.append(SubmitOutcome(job_id, "already_exists"))
+            else:
+                raise JobConflict(job_id, differing_fields(stored, text))
+        return new_jobs, outcomes
 
     def transition(
         self,
@@ -472,6 +487,18 @@ class JobTable:
             select(JOBS.c.state, namespace, code, func.count()).group_by(JOBS.c.state, "namespace", "code")
         )
         return [(JobState(state), namespace, code, n) for state, namespace, code, n in rows]
+
+
+def _new_job(job_id: str, text: str, spec: JobSpec, now: float) -> dict[str, Any]:
+    """A new job's row (_NEW_JOB), queued at `now`."""
+    return {
+        "job_id": job_id,
+        "spec": text,
+        "state": JobState.QUEUED.value,
+        "location": spec.source_cluster,
+        "submitted_at": now,
+        "updated_at": now,
+    }
 
 
 def on_cluster(db: Connection, cluster: str) -> list[str]:

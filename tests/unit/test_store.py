@@ -162,6 +162,23 @@ def test_conflicting_resubmission_stores_nothing_from_the_call(store, field, val
     assert len(store.transitions_all()) == 1
 
 
+def test_one_job_alone_is_created_once_and_its_conflict_stores_nothing(store):
+    """A submission of one job writes it without reading first (ON CONFLICT DO NOTHING); a stored id then
+    takes the comparing path: identical content is `already_exists`, different content a JobConflict."""
+    assert store.submit([spec("a")]) == [SubmitOutcome("default/a", "created")]
+    assert store.submit([spec("a")]) == [SubmitOutcome("default/a", "already_exists")]
+    with pytest.raises(JobConflict) as caught:
+        store.submit([spec("a", epochs=99)])
+    assert caught.value.differing == ("epochs",)
+    assert store.submit([spec("b")]) == [SubmitOutcome("default/b", "created")]
+    assert [r.job_id for r in store.jobs()] == ["default/a", "default/b"]
+    assert [(t.job_id, t.to_state) for t in store.transitions_all()] == [
+        ("default/a", JobState.QUEUED),
+        ("default/b", JobState.QUEUED),
+    ]
+    assert store.get("default/a").spec.epochs == spec("a").epochs
+
+
 def test_persists_across_reopen(store_target, clock):
     path = store_target
     with JobStore(path, clock) as first:
