@@ -113,22 +113,22 @@ class StoreDatabase:
             else:
                 self._engine = self._postgres_engine(url)
             self._conn = self._engine.connect()
-            self._driver_error: type[Exception] = self._engine.dialect.loaded_dbapi.Error
-            """The driver's base error class (sqlite3's or psycopg's), which `run` lets through."""
-            dialect = self._engine.dialect
-            self._named = type(dialect)(paramstyle="named") if self.dialect == "sqlite" else dialect
-            """The dialect `sql` compiles for: parameters by name (SQLite's `:name`, psycopg's `%(name)s`)."""
-            self._compiled: dict[Executable, str] = {}
-            self._begin = (
-                "BEGIN IMMEDIATE"
-                if self.dialect == "sqlite"
-                else f"BEGIN; SELECT pg_advisory_xact_lock({_WRITE_LOCK})"  # one round trip
-            )
-            """What starts a write transaction and takes the database's write lock."""
         except DBAPIError as exc:
             raise StoreError(
                 f"{self.path}: cannot open the job store ({exc.orig}); check the path or URL"
             ) from None
+        self._driver_error: type[Exception] = self._engine.dialect.loaded_dbapi.Error
+        """The driver's base error class (sqlite3's or psycopg's): what statements sent to it raise."""
+        dialect = self._engine.dialect
+        self._named = type(dialect)(paramstyle="named") if self.dialect == "sqlite" else dialect
+        """The dialect `sql` compiles for: parameters by name (SQLite's `:name`, psycopg's `%(name)s`)."""
+        self._compiled: dict[Executable, str] = {}
+        self._begin = (
+            "BEGIN IMMEDIATE"
+            if self.dialect == "sqlite"
+            else f"BEGIN; SELECT pg_advisory_xact_lock({_WRITE_LOCK})"  # one round trip
+        )
+        """What starts a write transaction and takes the database's write lock."""
         try:
             self._prepare()
         except DBAPIError as exc:
