@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Executable,
     bindparam,
     case,
     false,
@@ -150,13 +151,10 @@ class JobTable:
         self._clock = clock
         self._fence = fence
         self._listeners: list[Callable[[], None]] = []
-        upsert = sqlite_insert if database.dialect == "sqlite" else postgresql_insert
-        self._insert_if_new = (
-            upsert(JOBS)
-            .values(_INSERT_JOB.compile().params)
-            .on_conflict_do_nothing(index_elements=["job_id"])
-        )
-        """A new job's row, left out if its id is stored already: one statement, no read before it."""
+        self._insert_if_new = _insert_if_new(database.dialect)
+        """A new job's row, left out if its id is stored already: one statement, no read before it; on
+        PostgreSQL its entry into the queue too (one round trip), which `_with_entry` says."""
+        self._with_entry = database.dialect == "postgresql"
 
     def submit(self, specs: Sequence[JobSpec]) -> list[SubmitOutcome]:
         """Queue new jobs, all or none, in the given order; one outcome per spec.
@@ -169,17 +167,17 @@ class JobTable:
         now = self._clock.now()
         with self._database.write() as db:
             one = _new_job(*encoded[0], now) if len(encoded) == 1 else None
-            if one is not None and self._database.changed(self._insert_if_new, one):
+            entry = None if one is None else _entry(one["job_id"], now)
+            if one is not None and self._database.changed(self._insert_if_new, one | _prefixed(entry)):
                 new_jobs, outcomes = [one], [SubmitOutcome(one["job_id"], "created")]  # one new job: no read
+                entered = self._with_entry
             else:
                 new_jobs, outcomes = self._sort_out(db, encoded, now)
+                entered = False
                 if new_jobs:
                     self._database.run_many(_INSERT_JOB, new_jobs)
-            if new_jobs:
-                entries = [
-                    transition_row(job["job_id"], None, JobState.QUEUED, now, "accepted") for job in new_jobs
-                ]
-                self._database.run_many(_INSERT_TRANSITION, entries)
+            if new_jobs and not entered:
+                self._database.run_many(_INSERT_TRANSITION, [_entry(job["job_id"], now) for job in new_jobs])
         if new_jobs:
             for listener in self._listeners:
                 listener()
@@ -487,6 +485,37 @@ class JobTable:
             select(JOBS.c.state, namespace, code, func.count()).group_by(JOBS.c.state, "namespace", "code")
         )
         return [(JobState(state), namespace, code, n) for state, namespace, code, n in rows]
+
+
+_ENTRY = ("to_state", "time", "reason", "log_tail", "cause")
+"""The columns of a job's entry into the queue that are not NULL."""
+
+
+def _insert_if_new(dialect: str) -> Executable:
+    """The statement that writes one new job unless its id is stored already (parameters: its _NEW_JOB
+    columns and its entry's, `e_`-prefixed). On PostgreSQL it writes the job's entry too (a data-modifying
+    CTE; SQLite has none), so that its rowcount, 1 or 0, says whether the job was new on either database."""
+    if dialect == "sqlite":
+        return sqlite_insert(JOBS).values(_NEW_ROW).on_conflict_do_nothing(index_elements=["job_id"])
+    job = (
+        postgresql_insert(JOBS)
+        .values(_NEW_ROW)
+        .on_conflict_do_nothing(index_elements=["job_id"])
+        .returning(JOBS.c.job_id)
+        .cte("job")
+    )
+    entry = select(job.c.job_id, *(bindparam(f"e_{name}") for name in _ENTRY))
+    return insert(TRANSITIONS).from_select(["job_id", *_ENTRY], entry)
+
+
+def _entry(job_id: str, now: float) -> dict[str, Any]:
+    """A job's entry into the queue at `now`, as a TRANSITIONS row."""
+    return transition_row(job_id, None, JobState.QUEUED, now, "accepted")
+
+
+def _prefixed(entry: dict[str, Any]) -> dict[str, Any]:
+    """The `_insert_if_new` parameters of `entry`."""
+    return {f"e_{name}": entry[name] for name in _ENTRY}
 
 
 def _new_job(job_id: str, text: str, spec: JobSpec, now: float) -> dict[str, Any]:
