@@ -144,6 +144,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     from cli.bench_intake import register_bench as register_intake_bench
 
     register_intake_bench(bench_sub)
+    from cli.bench_replicas import register_bench as register_replicas_bench
+
+    register_replicas_bench(bench_sub)
     from cli.predictor import register_bench
 
     register_bench(bench_sub)

@@ -1,7 +1,7 @@
 """`cpn store copy SRC DEST`: copy a job store into a new database, e.g. a SQLite file into PostgreSQL.
 
 SRC and DEST are store files or database URLs (`sqlite:///FILE`, `postgresql://USER@HOST/DATABASE`);
-cpn.store_copy says what is copied and how an interrupted copy is finished (run the same command again).
+cpn.store.copier says what is copied and how an interrupted copy is finished (run the same command again).
 Exit status: 0 copied and counted; 1 refused or failed (a message says why and what to do);
 130 interrupted (DEST stays marked unfinished until the same command finishes it).
 """
@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from cpn.store import StoreError
-from cpn.store_copy import BATCH, copy_store
+from cpn.store.copier import BATCH, copy_store
 
 
 def register(sub: argparse._SubParsersAction) -> None:

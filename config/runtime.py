@@ -67,6 +67,13 @@ class RuntimeSettings(BaseSettings):
         "by commas (CPN_POLICY_SET; `cpn up --set` sets it for the worker).",
     )
 
+    lease_pid_check: bool = Field(
+        True,
+        description="Whether a scheduler taking the store's lease over looks at its holder's pid on this "
+        "host (CPN_LEASE_PID_CHECK): a holder whose process is gone is taken over at once instead of when "
+        "its lease expires. 0: by expiry only, as replicas on separate hosts always do.",
+    )
+
     @field_validator("home", "tokens_file", "config", mode="after")
     @classmethod
     def _absolute(cls, path: Path | None) -> Path | None:

@@ -7,7 +7,7 @@ The round is `Scheduler.round`'s own: `run_stages` (cpn/engine/scheduler.py) giv
 their order, and `TaskStages` runs each as its task. A run rebuilds the service `cpn run` builds from
 the store and the simulated clusters' journal beside it, with the config folder's teams, so it decides as
 `cpn run` would: the facts a round needs beyond the jobs' states (a preempted job's saved progress, the
-copies in flight, which it goes on with) are in the store too (cpn.store_facts). A run that is not dry
+copies in flight, which it goes on with) are in the store too (cpn.store.facts). A run that is not dry
 takes the store's scheduler lease first, so it is refused, naming the holder, while `cpn run` (or another
 run) schedules the store; a dry run opens the store read-only and writes nothing, on the service `cpn plan`
 decides on (cpn.bootstrap.open_dry_run), so the two agree on every queued job.

@@ -37,7 +37,7 @@ class Migrator(Protocol):
     def start(self, job: JobSpec, src: str, dst: str, started_at: float | None = None) -> None:
         """Begin copying `job`'s image and data from `src` to `dst`. `started_at`: when a copy that another
         process began (before a restart, a takeover, or in an earlier `schedule-round` run) started, which
-        this one goes on with (cpn.store_facts.CopyStarted): it finishes when that copy would have, and
+        this one goes on with (cpn.store.facts.CopyStarted): it finishes when that copy would have, and
         moves only what the destination lacks (a registry copy skips the layers it has)."""
         ...
 

@@ -8,7 +8,9 @@ that, however long its rounds take, and stops scheduling the moment its rounds f
 another holder took it, or it went unrenewed for its term. A process that stops releases it. One that
 died frees the store when its lease expires, within LEASE_TTL_S, so that a standby on another host (with no
 pid to look at) takes over within 10 s; at once for a process on this host: a holder whose pid no longer
-runs here is taken over (a pid reused meanwhile only makes the newcomer wait for the expiry).
+runs here is taken over (a pid reused meanwhile only makes the newcomer wait for the expiry). That pid check
+is switched off by CPN_LEASE_PID_CHECK=0 (config.runtime), so that replicas on one host take over as replicas
+on separate hosts do, by expiry only (what `cpn bench replicas` measures).
 
 Fencing: while it holds the lease, the process's store carries the lease's term (JobStore.fence), and the
 store refuses every assignment, submission and simulated-cluster journal entry whose term the lease has
@@ -25,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from config.runtime import runtime_settings
 from cpn.store import JobStore, LeaseLost, StoreError, StoreLeased
 
 log = logging.getLogger(__name__)
@@ -57,15 +60,22 @@ def gone_from_this_host(holder: str) -> bool:
 class SchedulerLease:
     """The lease this process holds on `store`, in one term, renewed by a keeper thread until released."""
 
-    def __init__(self, store: JobStore, purpose: str, ttl_s: float = LEASE_TTL_S) -> None:
+    def __init__(
+        self, store: JobStore, purpose: str, ttl_s: float = LEASE_TTL_S, *, pid_check: bool | None = None
+    ) -> None:
         """Take the lease, fence `store` with its term and start renewing it (raises cpn.store.StoreLeased,
-        naming the holder, while another holds it)."""
+        naming the holder, while another holds it). `pid_check` takes a lease whose holder's process is gone
+        from this host over at once (None: CPN_LEASE_PID_CHECK, on by default); off, only an expired one."""
         self.store = store
         self.holder = holder_name(purpose)
         self.ttl_s = ttl_s
+        if pid_check is None:
+            pid_check = runtime_settings().lease_pid_check
         try:
             self.term = store.acquire_lease(self.holder, ttl_s)
         except StoreLeased as refused:
+            if not pid_check:
+                raise
             held = store.lease()
             if held is None or held.holder != refused.holder or not gone_from_this_host(held.holder):
                 raise

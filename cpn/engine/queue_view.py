@@ -72,7 +72,7 @@ class QueueView:
     @property
     def seen(self) -> int:
         """The store's position (JobStore.changes_since) of the last transition `refresh` applied: what was
-        written with a transition (cpn.store_facts) is unchanged while it stays the same."""
+        written with a transition (cpn.store.facts) is unchanged while it stays the same."""
         return self._after
 
     def refresh(self) -> tuple[JobSpec, ...]:

@@ -23,7 +23,7 @@ LeaseLost once it is lost.
 what the clusters and the migrator say, so a restart loses nothing and submits nothing twice.
 
 Every fact a round decides by is in the store, written with the transition that creates it
-(cpn.store_facts): a preempted job's saved progress, the copies in flight, and (as the transitions
+(cpn.store.facts): a preempted job's saved progress, the copies in flight, and (as the transitions
 themselves) the runs deleted on purpose. So a restarted `cpn run`, a `schedule-round` run (a new service
 each run) and a standby that takes over decide as the process that wrote them would have: the scheduler
 reads them back every round, and keeps in memory only caches of what it can work out again.
@@ -72,7 +72,7 @@ from cpn.jobs import ON_CLUSTER, Cause, IllegalTransition, JobSpec, JobState
 from cpn.policies.base import Policy, looked_forward_with
 from cpn.rules import EXCLUSIVE_REASON, is_sharing
 from cpn.store import Copy, JobStore, LeaseLost, UnknownJob
-from cpn.store_facts import CopyStarted, SavedProgress
+from cpn.store.facts import CopyStarted, SavedProgress
 from cpn.times import stamp
 from cpn.transfer import TransferTimes
 
@@ -83,7 +83,7 @@ UNEXPLAINED = "the policy gave no reason"
 
 RESTART_UNSUBMITTED = "restart: assigned but never submitted; queued again"
 RESTART_MIGRATION_LOST = "restart: its migration was interrupted; queued again"
-"""A migrating job whose copy the store does not know (a store from before cpn.store_facts, or a service
+"""A migrating job whose copy the store does not know (a store from before cpn.store.facts, or a service
 without a migrator) is queued again at start-up; one whose copy it knows goes on with that copy."""
 
 MIGRATION_FAILED = "migration failed"
@@ -535,7 +535,7 @@ class Scheduler:
         `held`: the ids of jobs the clusters hold for cpn (submitted, running or finished but not yet
         reported). An assigned job the clusters hold was submitted before the stop: it is recorded as such;
         one they do not hold was never submitted and is queued again. A migrating job the clusters hold was
-        submitted as its copy ended. One whose copy the store has (cpn.store_facts.CopyStarted) and this
+        submitted as its copy ended. One whose copy the store has (cpn.store.facts.CopyStarted) and this
         process's migrator is not making is gone on with from when it began: it ends when it would have, on
         the cards held for it, and nothing is copied twice. One whose copy the store lacks is queued again
         (the copy starts over if the policy still picks that cluster). Events the clusters report
@@ -841,7 +841,7 @@ class Scheduler:
         gateway with its grace period, then queue it again, recording the reason, the cards reclaimed and
         the GPU-hours lost (cause `preempted`). The cluster keeps the progress of its last checkpoint, and
         the gateway gives its next run a new name generation, so nothing runs twice; the fraction of its
-        work that checkpoint left is stored with the move (cpn.store_facts.SavedProgress). A job that ended
+        work that checkpoint left is stored with the move (cpn.store.facts.SavedProgress). A job that ended
         meanwhile, or whose delete the cluster refuses, is left as it is; returns how many were stopped."""
         stopped = 0
         for p in decision.preemptions:

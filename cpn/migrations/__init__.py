@@ -6,10 +6,11 @@ history builds both SQLite and PostgreSQL stores. `upgrade(connection)` brings t
 a new store at once migrate it once, and a failed migration leaves nothing half done. Nothing is read from
 an alembic.ini: the configuration is built here.
 
-The first revisions retrace the hand-written history of the SQLite store (schemas 1 to 6, versioned by
-`PRAGMA user_version`). A store written before Alembic may hold any part of it, so the store runs every
-migration on it, and every migration first looks (by inspection) whether the store has its change already
-and then skips it. A new schema change is a new file in `versions/`, written the same way, whose
+The revision is the store's one schema number. The first revisions retrace the hand-written history of
+the SQLite store (schemas 1 to 6, once versioned by `PRAGMA user_version`, which cpn reads no more). A
+store written before Alembic records no revision and may hold any part of that history, so the store runs
+every migration on it, and every migration first looks (by inspection) whether the store has its change
+already and then skips it. A new schema change is a new file in `versions/`, written the same way, whose
 `down_revision` is the current head, and a new `HEAD`.
 
 Alembic itself is imported only when a store needs migrating or names a revision this cpn lacks: it
@@ -60,13 +61,6 @@ def current(connection: Connection) -> str | None:
     if not inspect(connection).has_table("alembic_version"):
         return None
     return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-
-
-def forget(connection: Connection) -> None:
-    """Forget which migrations ran, so that all run again: for a store a cpn from before the migrations
-    wrote last, whose record (if any) is not to be trusted."""
-    if inspect(connection).has_table("alembic_version"):
-        connection.execute(text("DELETE FROM alembic_version"))
 
 
 def known(revision: str) -> bool:

@@ -1,4 +1,4 @@
-"""The facts a round needs are in the store (cpn.store_facts), so a scheduler built again over the same store
+"""The facts a round needs are in the store (cpn.store.facts), so a scheduler built again over the same store
 (a restart, a `schedule-round` run, a standby taking over) decides as the one that wrote them: a copy in
 flight is held, goes on and lands when it would have, once; nothing is queued again or copied twice."""
 
@@ -15,7 +15,7 @@ from cpn.sim.gateway import SimulatedGateway
 from cpn.sim.migrator import SimulatedMigrator
 from cpn.sim.truth import GroundTruth
 from cpn.store import JobStore
-from cpn.store_facts import CopyStarted, SavedProgress
+from cpn.store.facts import CopyStarted, SavedProgress
 from cpn.transfer import TransferTimes
 from tests.unit.test_copy_once import CLUSTERS, NODES, TABLE, copies, job
 

@@ -3,6 +3,9 @@ of exiting (cpn.engine.lease, cpn.engine.live.LiveLoop.serve)."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -101,3 +104,24 @@ def test_a_leader_that_loses_the_lease_stands_by_and_leads_again_once_it_is_free
     stats = loop.serve(leadership, every_s=0.01)
     assert leadership.calls == ["step_down", "try_lead", "try_lead", "try_lead", "start"]
     assert (rounds.rounds, stats.rounds, stats.errors) == (2, 1, 0)
+
+
+def test_with_the_pid_check_off_a_gone_holder_is_taken_over_once_its_lease_expires(tmp_path, monkeypatch):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    holder = f"{socket.gethostname()}:{int(gone.stdout)}:cpn run"
+    with JobStore(tmp_path / "jobs.db") as store:
+        store.acquire_lease(holder, 600.0)
+        monkeypatch.setenv("CPN_LEASE_PID_CHECK", "0")  # as across hosts: the pid says nothing
+        with pytest.raises(StoreLeased, match=holder):
+            SchedulerLease(store, "cpn run")
+        monkeypatch.delenv("CPN_LEASE_PID_CHECK")
+        lease = SchedulerLease(store, "cpn run")  # on by default: the gone holder is taken over at once
+        assert lease.term == 2
+        lease.release()
+        store.acquire_lease(holder, 0.2)
+        with pytest.raises(StoreLeased):
+            SchedulerLease(store, "cpn run", pid_check=False)
+        time.sleep(0.25)
+        lease = SchedulerLease(store, "cpn run", pid_check=False)  # expired: taken over
+        assert lease.term == 4
+        lease.release()

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sqlite3
 from contextlib import closing
 
+from cpn import migrations
 from cpn.api import REDACTED, redact_text
 from cpn.clock import SimClock
 from cpn.jobs import JobSpec, JobState
-from cpn.store import SCHEMA_VERSION, JobStore
+from cpn.store import JobStore
 
 COLUMNS_3 = "seq, job_id, from_state, to_state, time, reason, cluster, node, gpu_mem_gb"
 TRANSITIONS_3 = """CREATE TABLE transitions (
@@ -35,14 +36,14 @@ def test_the_tail_is_kept_with_the_failed_transition_and_survives_an_upgrade(tmp
         raw.execute(TRANSITIONS_3)
         raw.execute(f"INSERT INTO transitions SELECT {COLUMNS_3} FROM later")
         raw.execute("DROP TABLE later")
-        raw.execute("PRAGMA user_version = 3")
+        raw.execute("DROP TABLE alembic_version")  # as cpn wrote it before its migrations
     with JobStore(path, clock=SimClock()) as store:
         assert [t.log_tail for t in store.history("ns/old")] == [""] * 5
         _run_and_fail(store, "ns/new", "step 9\nRuntimeError: boom")
         assert [t.log_tail for t in store.history("ns/new")] == [""] * 4 + ["step 9\nRuntimeError: boom"]
         assert store.transitions_all()[-1].log_tail == "step 9\nRuntimeError: boom"
     with closing(sqlite3.connect(path)) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [(migrations.HEAD,)]
 
 
 def test_secret_looking_values_in_a_log_are_redacted_and_the_rest_kept():

@@ -20,7 +20,6 @@ from cpn.clock import SimClock
 from cpn.decisions import Waiting
 from cpn.jobs import IllegalTransition, JobSpec, JobState
 from cpn.store import (
-    SCHEMA_VERSION,
     JobConflict,
     JobStore,
     StoreDatabase,
@@ -161,6 +160,23 @@ def test_conflicting_resubmission_stores_nothing_from_the_call(store, field, val
     assert [r.job_id for r in store.jobs()] == ["default/a"]
     assert store.get("default/a").spec.manifest == "name: a\n"
     assert len(store.transitions_all()) == 1
+
+
+def test_one_job_alone_is_created_once_and_its_conflict_stores_nothing(store):
+    """A submission of one job writes it without reading first (ON CONFLICT DO NOTHING); a stored id then
+    takes the comparing path: identical content is `already_exists`, different content a JobConflict."""
+    assert store.submit([spec("a")]) == [SubmitOutcome("default/a", "created")]
+    assert store.submit([spec("a")]) == [SubmitOutcome("default/a", "already_exists")]
+    with pytest.raises(JobConflict) as caught:
+        store.submit([spec("a", epochs=99)])
+    assert caught.value.differing == ("epochs",)
+    assert store.submit([spec("b")]) == [SubmitOutcome("default/b", "created")]
+    assert [r.job_id for r in store.jobs()] == ["default/a", "default/b"]
+    assert [(t.job_id, t.to_state) for t in store.transitions_all()] == [
+        ("default/a", JobState.QUEUED),
+        ("default/b", JobState.QUEUED),
+    ]
+    assert store.get("default/a").spec.epochs == spec("a").epochs
 
 
 def test_persists_across_reopen(store_target, clock):
@@ -342,8 +358,9 @@ def test_refuses_files_it_cannot_use(tmp_path):
     with pytest.raises(StoreError, match="junk.db"):
         JobStore(junk)
     newer = tmp_path / "newer.db"
-    with closing(sqlite3.connect(newer)) as raw:
-        raw.execute("PRAGMA user_version = 99")
+    with closing(sqlite3.connect(newer)) as raw, raw:
+        raw.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        raw.execute("INSERT INTO alembic_version VALUES ('9999')")  # a revision this cpn lacks
     with pytest.raises(StoreError, match="newer than this cpn"):
         JobStore(newer)
 
@@ -392,7 +409,7 @@ def test_store_of_schema_1_is_upgraded_in_place_keeping_its_jobs(tmp_path, clock
     with JobStore(path, clock=clock) as store:
         assert store.history("old")[-1].gpu_mem_gb == 3.5
     with closing(sqlite3.connect(path)) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [(migrations.HEAD,)]
 
 
 SCHEMA_4 = (
@@ -450,7 +467,6 @@ def test_store_of_schema_4_comes_under_the_migrations_keeping_jobs_history_and_l
     JobStore(tmp_path / "new.db").close()
     with closing(sqlite3.connect(path)) as raw, closing(sqlite3.connect(tmp_path / "new.db")) as new:
         assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [(migrations.HEAD,)]
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert _columns(raw) == _columns(new)
 
 

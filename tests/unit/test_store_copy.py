@@ -10,8 +10,8 @@ from cpn.clock import SimClock
 from cpn.decisions import Waiting
 from cpn.jobs import JobSpec, JobState
 from cpn.store import JobStore, StoreCopyUnfinished, StoreError, StoreLeased
-from cpn.store_copy import copy_store
-from cpn.store_facts import CopyStarted, SavedProgress
+from cpn.store.copier import copy_store
+from cpn.store.facts import CopyStarted, SavedProgress
 
 
 def fill(store: JobStore, clock: SimClock) -> None:

@@ -1,4 +1,4 @@
-"""Scheduler facts that were once only in a scheduler's memory (cpn.store_facts), so that any process
+"""Scheduler facts that were once only in a scheduler's memory (cpn.store.facts), so that any process
 (a restart, a `schedule-round` run, a standby that takes over) decides as the one that wrote them.
 
 `saved_progress`: for each preempted job not ended yet, the fraction of its work left at the checkpoint

@@ -2,7 +2,7 @@
 
 Every job (spec, state, placement, waiting reason, predicted starts) and every transition is copied
 with its position, so the copy lists, pages and follows exactly as the source did, and so are the
-pending cancel requests and the scheduler's facts (cpn.store_facts: saved progress, copies in flight), so a
+pending cancel requests and the scheduler's facts (cpn.store.facts: saved progress, copies in flight), so a
 scheduler on the copy decides as one on the source would; the scheduler lease is not (the first scheduler on
 the copy takes a new one).
 The source is brought to this cpn's schema first, as any cpn that opens it would; the destination must
@@ -10,7 +10,7 @@ be empty.
 
 Rows go over in batches, each batch one transaction, and the destination is marked `copy_in_progress`
 (naming the source) from the first batch until the end: every cpn that opens a store so marked refuses
-it (cpn.store.StoreCopyUnfinished, naming the command that finishes the copy), and that command carries
+it (cpn.store.meta.StoreCopyUnfinished, naming the command that finishes the copy), and that command carries
 on after the last batch that committed. The cancel requests and the facts go over with the last
 transaction, which counts the jobs per state, the transitions, the cancel requests and the facts on both
 sides and removes the mark only when they agree.
@@ -26,19 +26,11 @@ from pathlib import Path
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.sql.expression import TableClause
 
-from cpn.store import (
-    CANCEL_REQUESTS,
-    COPY_IN_PROGRESS,
-    COPY_SOURCE,
-    JOBS,
-    LEASE,
-    STORE_META,
-    TRANSITIONS,
-    StoreDatabase,
-    StoreError,
-    StoreLeased,
-)
-from cpn.store_facts import COPIES, SAVED_PROGRESS
+from cpn.store.database import StoreDatabase, StoreError
+from cpn.store.facts import COPIES, SAVED_PROGRESS
+from cpn.store.lease import StoreLeased
+from cpn.store.meta import COPY_IN_PROGRESS, COPY_SOURCE
+from cpn.store.schema import CANCEL_REQUESTS, JOBS, LEASE, STORE_META, TRANSITIONS
 
 BATCH = 2000
 """Rows per transaction: a batch is lost at most when the copy is interrupted."""
