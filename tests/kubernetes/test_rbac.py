@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatch
+
 import kubernetes_validate
 import pytest
 import yaml
@@ -24,7 +26,16 @@ def rules(name: str) -> list[dict]:
 
 
 def allowed(role: list[dict], group: str, resource: str, verb: str) -> bool:
-    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in role)
+    """Whether a rule of `role` grants the call; a resource starting with / is a non-resource URL."""
+    if resource.startswith("/"):
+        return any(
+            verb in r["verbs"] and any(fnmatch(resource, u) for u in r.get("nonResourceURLs", ()))
+            for r in role
+        )
+    return any(
+        group in r.get("apiGroups", ()) and resource in r.get("resources", ()) and verb in r["verbs"]
+        for r in role
+    )
 
 
 def test_every_object_is_valid_for_kubernetes_1_30():

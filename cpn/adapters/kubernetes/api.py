@@ -19,7 +19,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cpn.workloads import WORKLOADS, WorkloadKind
+from cpn.workloads import CUSTOM_KINDS, WORKLOADS, WorkloadKind, split_api_version
 
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 """Statuses worth another try: throttling and server-side trouble."""
@@ -201,6 +201,27 @@ KINDS: dict[tuple[str, str], Kind] = {
 }
 """(apiVersion, kind) of every object cpn submits: the workloads intake accepts (`cpn.workloads`), in every
 version, and what comes with them."""
+
+
+def served_kinds(api: Api) -> tuple[str, ...]:
+    """The workload kinds a CRD defines that the cluster serves (cpn.workloads.custom_kind keys), by API
+    discovery: one GET of `/apis/<group>/<version>` per group version cpn accepts, a 404 meaning none of
+    its kinds is installed. ApiError when the API server refuses otherwise or stays unavailable."""
+    wanted: dict[tuple[str, str], list[str]] = {}
+    for key in CUSTOM_KINDS:
+        api_version, _, kind = key.rpartition("/")
+        wanted.setdefault(split_api_version(api_version), []).append(kind)
+    served = []
+    for (group, version), kinds in wanted.items():
+        try:
+            resources = api.call(api.custom.get_api_resources, group, version).get("resources") or []
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            continue
+        found = {r.get("kind") for r in resources if "/" not in str(r.get("name", ""))}
+        served += [f"{group}/{version}/{kind}" for kind in kinds if kind in found]
+    return tuple(sorted(served))
 
 
 def collection(workload: WorkloadKind) -> str:

@@ -11,7 +11,10 @@ Everything comes by watch, not polling: one watch per collection (nodes and ever
 inventory; cpn's objects of every workload kind that ends by its status, `WATCHED`: batch and Volcano Jobs,
 Kubeflow jobs, TrainJobs, JobSets, RayJobs and RayClusters; a kind whose CRD the cluster lacks is not
 watched), resumed from its resourceVersion and relisted on 410 Gone
-(cpn.adapters.kubernetes.watch). A submission costs O(1) calls: it is admitted on the watched state of
+(cpn.adapters.kubernetes.watch). Which kinds a CRD defines the cluster serves is read once, by API
+discovery, when the gateway starts (`served_kinds`): every node carries it (Node.workloads), so the
+policies and the admission rule keep a job whose CRD is missing off the cluster. A submission costs O(1)
+calls: it is admitted on the watched state of
 the placement's nodes (and the cards claimed by jobs whose pods have not shown yet), and creates the
 job's objects; the cluster is never listed per job. Each object is indexed by its job, so a change
 re-derives only that job's status (cpn.adapters.kubernetes.status); `poll_events` hands out the transitions,
@@ -56,9 +59,9 @@ from cpn.intake import SUPPORTED_KINDS
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
 from cpn.rules import is_sharing
-from cpn.workloads import WORKLOADS, WorkloadKind, pod_count, workload_of
+from cpn.workloads import WORKLOADS, WorkloadKind, pod_count
 
-from .api import KINDS, Api, ApiError, RetryPolicy, collection
+from .api import KINDS, Api, ApiError, RetryPolicy, collection, served_kinds
 from .binding import BindError, KubernetesBinder
 from .inventory import Claim, LiveInventory
 from .labels import CpnLabels, job_key, object_name
@@ -193,6 +196,7 @@ class KubernetesGateway:
             if self._started:
                 return self._live.states(c for c, _ in self._claims.values())
         once = LiveInventory(self.cluster, self.labels, self.gpu_aliases)
+        once.workloads = served_kinds(self.api)
         once.replace_nodes(self.api.call(self.api.core.list_node)["items"])
         once.replace_pods(
             {_key(p): p for p in self.api.call(self.api.core.list_pod_for_all_namespaces)["items"]}
@@ -253,9 +257,6 @@ class KubernetesGateway:
                 validate_object(obj, self.kubernetes_version)
         except (BindError, InvalidManifest) as exc:
             raise SubmitRejected(str(exc)) from None
-        unserved = self._unserved(objects[0])
-        if unserved:
-            raise SubmitRejected(unserved)
         if claim.share is not None:
             self.binder.annotate_pods(objects[0], {self.labels.card: str(claim.share[0])})
         pods = pod_count(objects[0])
@@ -274,18 +275,6 @@ class KubernetesGateway:
             if isinstance(exc, ApiError):
                 raise ApiRefusal(self.cluster, exc) from None
             raise SubmitRejected(f"cluster {self.cluster}: {exc}") from None
-
-    def _unserved(self, obj: dict) -> str:
-        """Why the cluster cannot take `obj`'s kind ('' when it may): its watch found the kind not served
-        (the API server answered 404 to its list: the CRD is not installed)."""
-        workload = workload_of(obj)
-        name = collection(workload) if workload is not None else None
-        if not any(w.name == name and w.missing for w in self._watches):
-            return ""
-        return (
-            f"cluster {self.cluster} does not serve {obj['kind']} ({obj['apiVersion']}): its CRD is not "
-            f"installed there; install {workload.project}'s CRD, or the job runs on a cluster that has it"
-        )
 
     def _create(self, obj: dict, job_id: str) -> None:
         kind = KINDS.get((obj["apiVersion"], obj["kind"]))
@@ -391,6 +380,9 @@ class KubernetesGateway:
         with self._start_lock:
             if self._started:
                 return
+            served = served_kinds(self.api)
+            with self._lock:
+                self._live.workloads = served
             for w in self._watches:
                 w.relist()
             for w in self._watches:
