@@ -234,6 +234,11 @@ class Cluster(_Strict):
             raise ValueError(
                 "node_groups: a simulated cluster (no kube_context) needs at least one node group"
             )
+        if self.kube_context and self.workloads is not None:
+            raise ValueError(
+                "workloads: a real cluster's served kinds are read from its API discovery; leave workloads "
+                "out, or drop kube_context to simulate the cluster"
+            )
         return self
 
 

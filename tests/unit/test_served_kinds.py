@@ -47,3 +47,10 @@ def test_a_simulated_cluster_serves_what_it_declares_and_all_when_it_declares_no
 def test_a_declared_kind_not_spelled_api_version_slash_kind_is_refused_naming_the_field():
     with pytest.raises(ValidationError, match=r"clusters\.0\.workloads\.0"):
         config(workloads=["PyTorchJob"])
+
+
+def test_a_real_cluster_may_not_declare_its_kinds():
+    with pytest.raises(
+        ValidationError, match="workloads: a real cluster's served kinds are read from its API"
+    ):
+        config(kube_context="prod", workloads=["kubeflow.org/v1/PyTorchJob"])
