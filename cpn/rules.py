@@ -96,7 +96,7 @@ def constraint_problem(node: Node, job: JobSpec) -> str | None:
     if not serves(node, job):
         return (
             f"cluster {node.cluster} does not serve {workload_text(job.workload)}: its CRD is not installed "
-            f"there; job {job.job_id} runs on a cluster that has it"
+            f"there; install it there, or job {job.job_id} runs on a cluster that has it"
         )
     if job.gpu_products and not gpu_pinned(node, job):
         return (

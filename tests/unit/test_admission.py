@@ -198,7 +198,7 @@ def test_a_job_of_a_crd_kind_runs_only_where_its_cluster_serves_the_kind():
     lacking = replace(V0, workloads=("batch.volcano.sh/v1alpha1/Job",))
     assert refused(pytorch, place, states(v0=NodeState(lacking, 4))) == (
         "cluster c does not serve PyTorchJob (kubeflow.org/v1): its CRD is not installed there; "
-        "job ns/j runs on a cluster that has it"
+        "install it there, or job ns/j runs on a cluster that has it"
     )
     serving = replace(V0, workloads=("kubeflow.org/v1/PyTorchJob",))
     for n in (serving, V0):  # serving it, or a cluster whose kinds are not known

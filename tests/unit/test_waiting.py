@@ -153,3 +153,8 @@ def test_free_cards_only_on_clusters_without_its_workload_kinds_crd(policy):
     )
     decision = make_policy(policy).decide(snap([crd_job], [NodeState(lacking, 4), NodeState(serving, 4)]))
     assert [(p.job_id, p.cluster) for p in decision.placements] == [("j", "b")]
+    nowhere = make_policy(policy).decide(snap([crd_job], [NodeState(lacking, 4)]))  # no cluster has the CRD
+    (rejection,) = nowhere.rejections
+    assert (
+        "cluster a does not serve PyTorchJob (kubeflow.org/v1): its CRD is not installed" in rejection.reason
+    )
