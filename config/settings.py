@@ -216,6 +216,12 @@ class Cluster(_Strict):
         False, description="Talk plain HTTP / unverified TLS to `registry` (loopback test registries)."
     )
     metrics: MetricsSettings = Field(MetricsSettings(), description="How `prometheus_url` is read.")
+    workloads: tuple[Annotated[str, Field(pattern=r"^[a-z0-9.-]+/[a-z0-9]+/[A-Za-z]+$")], ...] | None = Field(
+        None,
+        description="Workload kinds a CRD defines that a simulated cluster serves, as `<apiVersion>/<kind>` "
+        "(kubeflow.org/v1/PyTorchJob, batch.volcano.sh/v1alpha1/Job); none = every kind cpn accepts. Jobs of "
+        "another such kind are kept off it. A real cluster's are read from its API discovery.",
+    )
     node_groups: tuple[NodeGroup, ...] = Field(
         (),
         description="The cluster's GPU nodes, for a simulated cluster (one without kube_context); a real "
@@ -227,6 +233,11 @@ class Cluster(_Strict):
         if not self.kube_context and not self.node_groups:
             raise ValueError(
                 "node_groups: a simulated cluster (no kube_context) needs at least one node group"
+            )
+        if self.kube_context and self.workloads is not None:
+            raise ValueError(
+                "workloads: a real cluster's served kinds are read from its API discovery; leave workloads "
+                "out, or drop kube_context to simulate the cluster"
             )
         return self
 

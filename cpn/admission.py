@@ -9,7 +9,8 @@ A placement is refused, the first of these that holds giving the reason, when:
 1. a node does not exist in the placement's cluster, is named twice, or has another GPU type than the
    gang's first node;
 2. the node's pool or taints keep the job's kind off it, or the job's own pins do (GPU products, pools,
-   least card memory: cpn.rules.job_admission_problem);
+   least card memory, HAMi, DRA classes: cpn.rules.job_admission_problem), or the node's cluster does not
+   serve the CRD its workload kind needs (JobSpec.workload, Node.workloads);
 3. too few of its cards are free; for a job sharing a card: no free card and no shared card with room
    for its share and the memory it declares (the card it joins is the one cpn.rules.pick_shared_card
    bin packs it onto);

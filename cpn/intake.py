@@ -943,6 +943,7 @@ def _parse_object(doc: Any, col: _Collector) -> _Parsed | None:
         gpu_memory_min_gb=gang.gpu_memory_min_gb,
         pod_gpus=gang.pod_gpus,
         spread=gang.spread,
+        workload=workloads.custom_kind(api, kind),
         manifest=dump(_text_annotations(doc)),
     )
     return _Parsed(spec, _Said(gang.gpus_from, _name_from(doc), f"{api} {kind}"), doc)

@@ -50,6 +50,10 @@ class Node:
     device_classes: tuple[str, ...] = ()
     """DRA device classes the node's drivers offer (`gpu.nvidia.com`, `mig.nvidia.com`), as its config
     declares them (`NodeGroup.device_classes`)."""
+    workloads: tuple[str, ...] | None = None
+    """Workload kinds a CRD defines that the node's cluster serves (cpn.workloads.custom_kind keys): read
+    from a live cluster's API discovery, declared by a simulated one's config (`Cluster.workloads`); None:
+    not known, every kind is taken (the gateway still refuses one whose CRD it finds missing)."""
 
     @property
     def gpu_type(self) -> str:
@@ -122,6 +126,7 @@ def nodes_from_config(config: ClustersConfig) -> tuple[Node, ...]:
                         gpu_key=canonical_gpu(group.gpu_product, config.gpu_aliases),
                         hami=cluster.hami or group.hami,
                         device_classes=tuple(sorted(group.device_classes)),
+                        workloads=None if cluster.workloads is None else tuple(sorted(cluster.workloads)),
                     )
                 )
     return tuple(nodes)

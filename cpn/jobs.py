@@ -33,6 +33,13 @@ def normalise_precision(value: str | None) -> str:
     return PRECISIONS[text]
 
 
+def workload_text(key: str) -> str:
+    """A JobSpec.workload key as messages write it: `kubeflow.org/v1/PyTorchJob` -> `PyTorchJob
+    (kubeflow.org/v1)`."""
+    api_version, _, kind = key.rpartition("/")
+    return f"{kind} ({api_version})"
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One accepted job: what it runs, what it needs, and the manifest it came in.
@@ -88,6 +95,10 @@ class JobSpec:
     device_classes: tuple[str, ...] = ()
     """DRA device classes its pods' resource claims ask for (`gpu.nvidia.com`, `mig.nvidia.com`): only
     nodes offering every one (Node.device_classes) take it; empty = none asked."""
+    workload: str = ""
+    """`<apiVersion>/<kind>` of its workload when a CRD defines it (cpn.workloads.custom_kind:
+    `kubeflow.org/v1/PyTorchJob`): only clusters serving that kind (Node.workloads) take it; empty for
+    built-in kinds and trace rows, which every cluster runs."""
     spread: bool = False
     """Its pods must run on distinct nodes (the manifest's required pod anti-affinity or topology spread
     over `kubernetes.io/hostname`); False = they may share a node (packed)."""

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from cpn.devices import pin_matches
 from cpn.inventory import Node, Taint
-from cpn.jobs import JobKind, JobSpec
+from cpn.jobs import JobKind, JobSpec, workload_text
 
 POOLS_FOR_KIND: dict[JobKind, frozenset[str]] = {
     "training": frozenset({"training", "hybrid"}),
@@ -78,13 +78,26 @@ def admission_problem(node: Node, kind: JobKind) -> str | None:
 def job_pins(job: JobSpec) -> tuple[object, ...]:
     """Everything of `job` that `constraint_problem` reads: jobs with equal pins are allowed on the same
     nodes (the policies cache their answers by it)."""
-    return (job.gpu_products, job.node_pools, job.gpu_memory_min_gb, job.hami, job.device_classes)
+    return (
+        job.gpu_products,
+        job.node_pools,
+        job.gpu_memory_min_gb,
+        job.hami,
+        job.device_classes,
+        job.workload,
+    )
 
 
 def constraint_problem(node: Node, job: JobSpec) -> str | None:
     """Why `job`'s own constraints keep it off `node`, or None: the GPU products, pools and least card
     memory its manifest requires (JobSpec.gpu_products, node_pools, gpu_memory_min_gb), HAMi slices on a
-    node without HAMi (JobSpec.hami), DRA device classes the node does not offer (device_classes)."""
+    node without HAMi (JobSpec.hami), DRA device classes the node does not offer (device_classes), a
+    workload kind whose CRD the node's cluster does not serve (JobSpec.workload, Node.workloads)."""
+    if not serves(node, job):
+        return (
+            f"cluster {node.cluster} does not serve {workload_text(job.workload)}: its CRD is not installed "
+            f"there; install it there, or job {job.job_id} runs on a cluster that has it"
+        )
     if job.gpu_products and not gpu_pinned(node, job):
         return (
             f"node {node.key} has {node.gpu_product}; job {job.job_id} runs only on "
@@ -107,6 +120,12 @@ def constraint_problem(node: Node, job: JobSpec) -> str | None:
             f"{job.gpu_memory_min_gb:g} GB"
         )
     return None
+
+
+def serves(node: Node, job: JobSpec) -> bool:
+    """Whether `node`'s cluster serves the job's workload kind: a built-in kind, or a CRD it has (or a
+    cluster whose kinds are not known)."""
+    return not job.workload or node.workloads is None or job.workload in node.workloads
 
 
 def gpu_pinned(node: Node, job: JobSpec) -> bool:

@@ -605,5 +605,17 @@ def workload_of(obj: Mapping[str, Any]) -> WorkloadKind | None:
     return known if known is not None and api in known.api_versions else None
 
 
+def custom_kind(api_version: str, kind: str) -> str:
+    """`<apiVersion>/<kind>` (`kubeflow.org/v1/PyTorchJob`) of a workload a CRD defines, the key by which a
+    job (JobSpec.workload) and a cluster (Node.workloads) name what must be installed for it; "" for a
+    built-in kind (a batch Job, a Deployment, a Pod), which every cluster serves."""
+    known = workload_kind(api_version, kind)
+    return f"{api_version}/{kind}" if known is not None and known.crds else ""
+
+
+CUSTOM_KINDS = tuple(f"{w.api_version(v)}/{w.kind}" for w in WORKLOADS if w.crds for v in w.versions)
+"""Every `custom_kind` key cpn accepts: what a cluster that declares nothing serves."""
+
+
 SUPPORTED_TEXT = ", ".join(f"{w.kind} ({' or '.join(w.api_versions)})" for w in WORKLOADS)
 """The accepted kinds, for messages."""

@@ -147,13 +147,14 @@ class Group:
 
 def constrained(job: JobSpec) -> bool:
     """Whether the job's manifest narrows where it may run (GPU products, pools, least card memory, HAMi,
-    DRA device classes: cpn.rules.job_pins)."""
+    DRA device classes, a workload kind a CRD defines: cpn.rules.job_pins)."""
     return bool(
         job.gpu_products
         or job.node_pools
         or job.gpu_memory_min_gb is not None
         or job.hami
         or job.device_classes
+        or job.workload
     )
 
 

@@ -6,9 +6,9 @@ the first that removes every card the job could use is the answer (codes: cpn.de
 
 1. `no-gpu-type`: no card is free at all, or none of a GPU type the job has an estimate for;
 2. `pool-or-taint`: free cards are only on nodes whose pool or taints the job may not use; then the
-   job's own pins on what is left (cpn.rules.constraint_problem): `no-gpu-type` when none is of a GPU
-   product it runs on, `pool-or-taint` when none is in a pool it asks for, `memory` when none has the
-   card memory it asks for;
+   job's own pins on what is left (cpn.rules.constraint_problem): `no-gpu-type` when none is on a cluster
+   serving its workload kind (its CRD installed) or of a GPU product it runs on, `pool-or-taint` when
+   none is in a pool it asks for, `memory` when none has the card memory it asks for;
 3. `pending-benchmark`: free cards it may use are of a GPU type whose benchmark is pending (no scores
    yet: Estimate.pending_benchmark); else `no-estimate`: free cards it may use are of GPU types it has
    no runtime estimate for, and it has none for any type;
@@ -25,9 +25,9 @@ import math
 
 from cpn.admission import Room
 from cpn.decisions import WaitCode, Waiting, shape_of
-from cpn.jobs import JobSpec
+from cpn.jobs import JobSpec, workload_text
 from cpn.policies.placement import Capacity, Group, allowed, memory_need
-from cpn.rules import gpu_pinned, is_sharing, job_pins
+from cpn.rules import gpu_pinned, is_sharing, job_pins, serves
 
 
 class WaitingExplainer:
@@ -143,7 +143,15 @@ def _awaits(types: list[str], context: str) -> str:
 
 def _pinned_out(job: JobSpec, slots: list[Room]) -> tuple[WaitCode, str]:
     """Why the free `slots` (of pools and taints the job may use) do not do for a job whose own pins
-    (GPU products, pools, least card memory, HAMi, DRA device classes) rule every one of them out."""
+    (its workload kind's CRD, GPU products, pools, least card memory, HAMi, DRA device classes) rule every
+    one of them out."""
+    if job.workload and not any(serves(s.node, job) for s in slots):
+        lacking = ", ".join(sorted({s.node.cluster for s in slots}))
+        return (
+            "no-gpu-type",
+            f"free cards are only on clusters that do not serve {workload_text(job.workload)} ({lacking}): "
+            "its CRD is not installed there",
+        )
     if job.gpu_products and not any(gpu_pinned(s.node, job) for s in slots):
         return "no-gpu-type", f"no free card of the GPU products it runs on ({', '.join(job.gpu_products)})"
     if job.node_pools and all(s.node.usage not in job.node_pools for s in slots):

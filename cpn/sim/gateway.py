@@ -19,6 +19,11 @@ after a restart cost (the truth's load time), so only the work since the checkpo
 lost (`preempted` records both). The grace period is not simulated: the run stops at once and saves
 nothing on the way out.
 
+The objects submitted with a workload (its manifest's documents after the first: ConfigMaps, Services, ...)
+are kept per cluster while a running job holds them: a second job bringing one of the same name shares it
+when its content is the same and is refused, naming it, when not (cpn.companions); the last job holding it
+ending removes it. (A Kubernetes cluster keeps them until the job that created them is deleted.)
+
 `logs` is a synthetic log for people (`cpn job logs`): the run's start, its step progress so far, its end;
 the runs that ended last keep theirs (ENDED_LOGS_KEPT), as a real cluster keeps a finished pod a while.
 
@@ -45,12 +50,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import yaml
+
 from config.benchmarks import Workload, load_benchmarks
 from cpn.adapters.gateway import DELETED_REASON, OOM_REASON, JobEvent, NoLog, SubmitRejected
 from cpn.admission import Refused, admit
 from cpn.benchmarking import is_benchmark, node_driver
 from cpn.booking import Booking, node_state
 from cpn.clock import SimClock
+from cpn.companions import conflict, content_difference
 from cpn.decisions import Placement
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec
@@ -58,6 +66,12 @@ from cpn.rules import is_sharing
 from cpn.sim.truth import GroundTruth, RunOutcome
 
 __all__ = ["Execution", "GroundTruth", "SimulatedGateway"]
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML has it: a job's manifest is read at each submission."""
+
+CompanionKey = tuple[str, str, str, str]
+"""(cluster, namespace, kind, name) of an object submitted with a workload (a ConfigMap, a Service)."""
 
 ENDED_LOGS_KEPT = 256
 """`logs` answers for the runs that ended last, this many; a long-running service keeps no more."""
@@ -126,6 +140,8 @@ class _Run:
     """When it began training: its start, or after the restart cost when it resumed from a checkpoint."""
     seq: int = -1
     """Sequence number of the heap event that is current; older ones are skipped."""
+    companions: tuple[CompanionKey, ...] = ()
+    """The objects submitted with it (its manifest's documents after the workload) it holds on its cluster."""
 
     @property
     def trains(self) -> bool:
@@ -179,6 +195,8 @@ class SimulatedGateway:
         """job_id -> steps at the last checkpoint of a run `delete` stopped: its next run starts there."""
         self.preempted: list[Stopped] = []
         """Every training run on whole cards `delete` stopped (preempted or cancelled), in order."""
+        self._objects: dict[CompanionKey, tuple[dict, set[str]]] = {}
+        """Objects submitted with workloads, with the running jobs that hold them (module doc)."""
         self._ended: OrderedDict[str, tuple[_Run, float, str]] = OrderedDict()
         """job_id -> its last run, when it ended and the end line of its log (ENDED_LOGS_KEPT of them)."""
 
@@ -192,6 +210,27 @@ class SimulatedGateway:
             self._nodes[key] = node
             self._use[key] = _NodeUse(free=list(range(node.gpu_count)))
             self._states[key] = self._state(key)
+
+    def _companions(self, job: JobSpec, cluster: str) -> list[tuple[CompanionKey, dict]]:
+        """The objects submitted with `job` on `cluster` (its manifest's documents after the workload), each
+        checked against one of the same name there: the same content is shared, other content refuses the
+        job (SubmitRejected naming the object, cpn.companions), as on a Kubernetes cluster."""
+        if not job.manifest:
+            return []
+        namespace = job.job_id.rpartition("/")[0] or "default"
+        docs = [d for d in yaml.load_all(job.manifest, Loader=_LOADER) if isinstance(d, dict)][1:]
+        found = []
+        for doc in docs:
+            obj = {**doc, "metadata": {**(doc.get("metadata") or {}), "namespace": namespace}}
+            key = (cluster, namespace, str(obj.get("kind")), str(obj["metadata"].get("name")))
+            there = self._objects.get(key)
+            if there is not None and job.job_id not in there[1]:
+                differs = content_difference(obj, there[0])
+                if differs is not None:
+                    origin = f"it came with job {min(there[1])}"
+                    raise SubmitRejected(conflict(obj, cluster, differs, origin))
+            found.append((key, obj))
+        return found
 
     def _state(self, key: tuple[str, str]) -> NodeState:
         """The node's state from what its jobs hold (cpn.booking.node_state)."""
@@ -214,6 +253,7 @@ class SimulatedGateway:
         admitted = admit(job, placement, self._states)
         if isinstance(admitted, Refused):
             raise SubmitRejected(admitted.reason)
+        companions = self._companions(job, placement.cluster)
         plan = admitted.nodes
         node = plan[0][0]
         card = admitted.card
@@ -250,6 +290,9 @@ class SimulatedGateway:
             run.steps_left = max(0.0, run.steps_left - done)
             run.end = run.trains_from + run.steps_left / run.rate
         self._runs[job.job_id] = run
+        for key, obj in companions:
+            self._objects.setdefault(key, (obj, set()))[1].add(job.job_id)
+        run.companions = tuple(key for key, _ in companions)
         self._events.append(JobEvent(job.job_id, "running", now))
         if card is None:
             self._push(run)
@@ -424,6 +467,11 @@ class SimulatedGateway:
             kind, reason = ("succeeded" if run.job.is_service else "failed"), DELETED_REASON
         job_id = run.job.job_id
         self._release(run)
+        for key in run.companions:
+            owners = self._objects[key][1]
+            owners.discard(job_id)
+            if not owners:
+                del self._objects[key]
         if self.keep_executions:
             self.executions.extend(
                 Execution(job_id, node.cluster, node.name, gpus, run.start, end, kind, reason, run.share)

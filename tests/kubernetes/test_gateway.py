@@ -239,7 +239,7 @@ def test_another_4xx_refuses_the_job_with_the_servers_message(cluster):
 
 def test_an_unavailable_api_server_refuses_after_the_retries_and_leaves_nothing_behind(cluster):
     gw = make_gateway(cluster, sleep=lambda s: None)
-    cluster.fail("POST", "/services", 503, times=10)
+    cluster.fail("POST", "/deployments", 503, times=10)  # the Service that comes with it is created first
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -269,7 +269,8 @@ def test_an_unavailable_api_server_refuses_after_the_retries_and_leaves_nothing_
     with pytest.raises(ApiRefusal, match="HTTP 503") as refused:
         gw.submit(spec, Placement("team/serve", "east", "i-0", 1))
     assert refused.value.transient
-    assert cluster.get(("apps", "deployments"), "team", "serve") is None  # rolled back
+    assert cluster.get(("", "services"), "team", "serve") is None  # rolled back
+    assert cluster.get(("apps", "deployments"), "team", "serve") is None
     cluster.faults.clear()
     gw.submit(spec, Placement("team/serve", "east", "i-0", 1))
     assert (
@@ -320,3 +321,15 @@ def test_a_placement_against_the_jobs_gpu_product_is_refused(cluster):
     with pytest.raises(SubmitRejected, match="runs only on NVIDIA-H20"):
         gw.submit(job("team/a", gpu_products=("NVIDIA-H20",)), Placement("team/a", "east", "t-0", 1))
     assert cluster.get(VC, "team", "a") is None
+
+
+def test_a_rolled_back_job_leaves_the_companion_another_job_brought(cluster):
+    from tests.contract.test_companions_contract import job as sharing_job
+
+    gw = make_gateway(cluster)
+    gw.submit(sharing_job("a"), Placement("team/a", "east", "t-0", 1))
+    cluster.fail("POST", "/jobs", 403, times=1)  # b: its ConfigMap is found shared, then its Job refused
+    with pytest.raises(ApiRefusal, match="HTTP 403"):
+        gw.submit(sharing_job("b"), Placement("team/b", "east", "t-1", 1))
+    shared = cluster.get(("", "configmaps"), "team", "shared-cfg")
+    assert shared is not None and shared["metadata"]["annotations"][f"cpn.{DOMAIN}/job-id"] == "team/a"

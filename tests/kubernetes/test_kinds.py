@@ -130,6 +130,17 @@ def test_a_cluster_without_the_crd_refuses_the_kind_at_submission_saying_so(serv
     assert gw.poll_events() == [] and gw.held_jobs() == frozenset()
 
 
+def test_a_cluster_whose_discovery_is_forbidden_still_takes_every_kind(server):
+    server.add_node("n-0", gpu_labels("training", V100, 4, 16384), 4)
+    server.fail("GET", "/apis/ray.io/v1alpha1", 403, times=1000)  # only discovery reads that version
+    gw = make_gateway(server)
+    assert [s.node.workloads for s in gw.inventory()] == [None]  # not known: nothing kept off
+    spec = kind_spec("pytorchjob")
+    gw.submit(spec, Placement(spec.job_id, "east", "n-0", 2))
+    assert [s.node.workloads for s in gw.inventory()] == [None]
+    assert created(server, spec)["kind"] == "PyTorchJob"
+
+
 def test_a_create_the_cluster_refuses_is_refused_with_its_message(server):
     server.add_node("n-0", gpu_labels("training", V100, 4, 16384), 4)
     server.fail("POST", "/pytorchjobs", 404, times=1)

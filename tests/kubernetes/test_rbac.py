@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatch
+
 import kubernetes_validate
 import pytest
 import yaml
@@ -24,7 +26,16 @@ def rules(name: str) -> list[dict]:
 
 
 def allowed(role: list[dict], group: str, resource: str, verb: str) -> bool:
-    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in role)
+    """Whether a rule of `role` grants the call; a resource starting with / is a non-resource URL."""
+    if resource.startswith("/"):
+        return any(
+            verb in r["verbs"] and any(fnmatch(resource, u) for u in r.get("nonResourceURLs", ()))
+            for r in role
+        )
+    return any(
+        group in r.get("apiGroups", ()) and resource in r.get("resources", ()) and verb in r["verbs"]
+        for r in role
+    )
 
 
 def test_every_object_is_valid_for_kubernetes_1_30():
@@ -34,7 +45,7 @@ def test_every_object_is_valid_for_kubernetes_1_30():
 
 def test_the_cpn_role_grants_every_call_of_a_jobs_life(server):
     server.add_node("t-0", gpu_labels("hybrid", "Tesla-V100-SXM2-16GB", 4, 16384), 4)
-    server.fail("POST", "/services", 500, times=10)  # a failed submission is rolled back: delete
+    server.fail("POST", "/deployments", 500, times=10)  # a failed submission is rolled back: delete
     gw = make_gateway(server, sleep=lambda s: None)
     deployment = {
         "apiVersion": "apps/v1",
@@ -69,6 +80,9 @@ def test_the_cpn_role_grants_every_call_of_a_jobs_life(server):
         server.finish("team", "train", log="done")
         wait_for(gw.poll_events)  # the end reads the pod log
         gw.delete("team/train")  # its objects and those that came with it, found by cpn's labels
+        server.faults.clear()
+        gw.submit(serve, Placement("team/serve", "east", "t-0", 1))
+        gw.delete("team/serve")
     finally:
         gw.close()
     calls = {call_of(m, p) for m, p in server.requests}

@@ -188,3 +188,19 @@ def test_the_policies_capacity_offers_a_node_exactly_when_the_rule_admits_it(sta
     admitted = admit(spec, Placement(spec.job_id, "c", "v0", spec.num_gpus), {("c", "v0"): state}, threshold)
     assert bool(offered) == isinstance(admitted, Admitted)
     assert (Room.of(state, threshold).refusal(spec, spec.num_gpus) is None) == bool(offered)
+
+
+def test_a_job_of_a_crd_kind_runs_only_where_its_cluster_serves_the_kind():
+    from dataclasses import replace
+
+    pytorch = job(workload="kubeflow.org/v1/PyTorchJob")
+    place = Placement("ns/j", "c", "v0", 1)
+    lacking = replace(V0, workloads=("batch.volcano.sh/v1alpha1/Job",))
+    assert refused(pytorch, place, states(v0=NodeState(lacking, 4))) == (
+        "cluster c does not serve PyTorchJob (kubeflow.org/v1): its CRD is not installed there; "
+        "install it there, or job ns/j runs on a cluster that has it"
+    )
+    serving = replace(V0, workloads=("kubeflow.org/v1/PyTorchJob",))
+    for n in (serving, V0):  # serving it, or a cluster whose kinds are not known
+        assert isinstance(admit(pytorch, place, states(v0=NodeState(n, 4))), Admitted)
+    assert isinstance(admit(job(), place, states(v0=NodeState(lacking, 4))), Admitted)  # a built-in kind

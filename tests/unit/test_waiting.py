@@ -138,3 +138,23 @@ def test_free_cards_only_on_nodes_without_hami_or_the_dra_class_it_claims(policy
     s = snap([dra], [NodeState(claimed, 0), NodeState(node("v1"), 4)])
     code, detail = reason(policy, s, "j")
     assert code == "no-gpu-type" and "DRA device classes (gpu.nvidia.com)" in detail
+
+
+@pytest.mark.parametrize("policy", BASELINES)
+def test_free_cards_only_on_clusters_without_its_workload_kinds_crd(policy):
+    lacking = replace(node("v0"), workloads=())
+    serving = replace(node("v1"), cluster="b", workloads=("kubeflow.org/v1/PyTorchJob",))
+    crd_job = job("j", workload="kubeflow.org/v1/PyTorchJob")
+    s = snap([crd_job], [NodeState(lacking, 4), NodeState(serving, 0)])
+    assert reason(policy, s, "j") == (
+        "no-gpu-type",
+        "free cards are only on clusters that do not serve PyTorchJob (kubeflow.org/v1) (a): "
+        "its CRD is not installed there",
+    )
+    decision = make_policy(policy).decide(snap([crd_job], [NodeState(lacking, 4), NodeState(serving, 4)]))
+    assert [(p.job_id, p.cluster) for p in decision.placements] == [("j", "b")]
+    nowhere = make_policy(policy).decide(snap([crd_job], [NodeState(lacking, 4)]))  # no cluster has the CRD
+    (rejection,) = nowhere.rejections
+    assert (
+        "cluster a does not serve PyTorchJob (kubeflow.org/v1): its CRD is not installed" in rejection.reason
+    )

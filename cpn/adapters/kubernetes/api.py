@@ -10,6 +10,7 @@ dicts `kubectl get -o json` shows.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cpn.workloads import WORKLOADS, WorkloadKind
+from cpn.workloads import CUSTOM_KINDS, WORKLOADS, WorkloadKind, split_api_version
+
+log = logging.getLogger(__name__)
 
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 """Statuses worth another try: throttling and server-side trouble."""
@@ -201,6 +204,35 @@ KINDS: dict[tuple[str, str], Kind] = {
 }
 """(apiVersion, kind) of every object cpn submits: the workloads intake accepts (`cpn.workloads`), in every
 version, and what comes with them."""
+
+
+def served_kinds(api: Api) -> tuple[str, ...] | None:
+    """The workload kinds a CRD defines that the cluster serves (cpn.workloads.custom_kind keys), by API
+    discovery: one GET of `/apis/<group>/<version>` per group version cpn accepts, a 404 meaning none of
+    its kinds is installed. None (not known: every kind is offered the cluster, and a create of a missing
+    one is refused with the API server's 404) when discovery is refused otherwise or stays unavailable,
+    logged: a cluster whose discovery is forbidden still runs jobs."""
+    wanted: dict[tuple[str, str], list[str]] = {}
+    for key in CUSTOM_KINDS:
+        api_version, _, kind = key.rpartition("/")
+        wanted.setdefault(split_api_version(api_version), []).append(kind)
+    served = []
+    for (group, version), kinds in wanted.items():
+        try:
+            resources = api.call(api.custom.get_api_resources, group, version).get("resources") or []
+        except ApiError as exc:
+            if exc.status == 404:
+                continue
+            log.warning(
+                "API discovery of %s/%s failed (%s): the kinds the cluster serves are not known",
+                group,
+                version,
+                exc,
+            )
+            return None
+        found = {r.get("kind") for r in resources if "/" not in str(r.get("name", ""))}
+        served += [f"{group}/{version}/{kind}" for kind in kinds if kind in found]
+    return tuple(sorted(served))
 
 
 def collection(workload: WorkloadKind) -> str:

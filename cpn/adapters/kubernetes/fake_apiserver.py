@@ -49,15 +49,38 @@ WORKLOADS = {(w.group, w.plural): w for w in KNOWN if w.group}
 """(API group, plural) of the workload kinds whose pods the stand-in controllers make (not a bare Pod)."""
 
 
+def _discovery(group: str, version: str) -> dict:
+    """The APIResourceList of one group version: the workload kinds cpn accepts there (a fault answering
+    404 for `/apis/<group>/` stands for a cluster without that CRD)."""
+    kinds = [w for w in KNOWN if w.group == group and version in w.versions]
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}",
+        "resources": [
+            {
+                "name": w.plural,
+                "kind": w.kind,
+                "namespaced": True,
+                "verbs": ["create", "get", "list", "watch"],
+            }
+            for w in kinds
+        ],
+    }
+
+
 def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def call_of(method: str, path: str) -> tuple[str, str, str]:
-    """(API group, resource, verb) of one request, as the API server's authorizer sees it."""
+    """(API group, resource, verb) of one request, as the API server's authorizer sees it (a non-resource
+    URL, such as API discovery's, as ("", its path, verb))."""
     url = urlparse(path)
     parts = [p for p in url.path.split("/") if p]
     group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if not rest:  # discovery of a group version: a non-resource URL
+        return "", url.path, "get"
     if rest[0] == "namespaces" and len(rest) > 2:
         rest = rest[2:]
     resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
@@ -515,6 +538,10 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             if self._fault():
+                return
+            parts = [p for p in urlparse(self.path).path.split("/") if p]
+            if len(parts) == 3 and parts[0] == "apis":
+                self._send(200, _discovery(parts[1], parts[2]))
                 return
             res, ns, name, sub, q = self._route()
             if sub == "log":

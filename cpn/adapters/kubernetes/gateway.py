@@ -11,9 +11,14 @@ Everything comes by watch, not polling: one watch per collection (nodes and ever
 inventory; cpn's objects of every workload kind that ends by its status, `WATCHED`: batch and Volcano Jobs,
 Kubeflow jobs, TrainJobs, JobSets, RayJobs and RayClusters; a kind whose CRD the cluster lacks is not
 watched), resumed from its resourceVersion and relisted on 410 Gone
-(cpn.adapters.kubernetes.watch). A submission costs O(1) calls: it is admitted on the watched state of
+(cpn.adapters.kubernetes.watch). Which kinds a CRD defines the cluster serves is read once, by API
+discovery, when the gateway starts (`served_kinds`): every node carries it (Node.workloads), so the
+policies and the admission rule keep a job whose CRD is missing off the cluster. A submission costs O(1)
+calls: it is admitted on the watched state of
 the placement's nodes (and the cards claimed by jobs whose pods have not shown yet), and creates the
-job's objects; the cluster is never listed per job. Each object is indexed by its job, so a change
+job's objects (those that come with the workload first; one already there with the same content, a
+ConfigMap two jobs of one file share, is shared, and one with other content refuses the job, naming it:
+cpn.companions); the cluster is never listed per job. Each object is indexed by its job, so a change
 re-derives only that job's status (cpn.adapters.kubernetes.status); `poll_events` hands out the transitions,
 each once: `running`, then `succeeded` or `failed` with the reason (OOMKilled, Evicted, ...). At a job's
 end the tail of its pod's log is read (the failed pod's, else the first; `log_tail`), bounded by lines
@@ -51,6 +56,7 @@ from config.settings import Cluster
 from cpn.adapters.gateway import DELETED_REASON, JobEvent, NoLog, SubmitRejected
 from cpn.admission import Admitted, Refused, admit
 from cpn.clock import Clock, WallClock
+from cpn.companions import conflict, content_difference
 from cpn.decisions import Placement
 from cpn.intake import SUPPORTED_KINDS
 from cpn.inventory import Node, NodeState
@@ -58,7 +64,7 @@ from cpn.jobs import JobSpec
 from cpn.rules import is_sharing
 from cpn.workloads import WORKLOADS, WorkloadKind, pod_count, workload_of
 
-from .api import KINDS, Api, ApiError, RetryPolicy, collection
+from .api import KINDS, Api, ApiError, RetryPolicy, collection, served_kinds
 from .binding import BindError, KubernetesBinder
 from .inventory import Claim, LiveInventory
 from .labels import CpnLabels, job_key, object_name
@@ -193,6 +199,7 @@ class KubernetesGateway:
             if self._started:
                 return self._live.states(c for c, _ in self._claims.values())
         once = LiveInventory(self.cluster, self.labels, self.gpu_aliases)
+        once.workloads = served_kinds(self.api)
         once.replace_nodes(self.api.call(self.api.core.list_node)["items"])
         once.replace_pods(
             {_key(p): p for p in self.api.call(self.api.core.list_pod_for_all_namespaces)["items"]}
@@ -253,9 +260,6 @@ class KubernetesGateway:
                 validate_object(obj, self.kubernetes_version)
         except (BindError, InvalidManifest) as exc:
             raise SubmitRejected(str(exc)) from None
-        unserved = self._unserved(objects[0])
-        if unserved:
-            raise SubmitRejected(unserved)
         if claim.share is not None:
             self.binder.annotate_pods(objects[0], {self.labels.card: str(claim.share[0])})
         pods = pod_count(objects[0])
@@ -263,9 +267,11 @@ class KubernetesGateway:
             self._claims[job.job_id] = (claim, pods)
         created: list[dict] = []
         try:
-            for obj in objects:
-                self._create(obj, job.job_id)
-                created.append(obj)
+            # What comes with the workload first: its pods find their ConfigMaps there, and one that
+            # another job brought with other content refuses the job before its workload exists.
+            for obj in (*objects[1:], objects[0]):
+                if self._create(obj, job.job_id):
+                    created.append(obj)
         except (ApiError, SubmitRejected) as exc:
             self._delete(created)
             with self._lock:
@@ -275,35 +281,24 @@ class KubernetesGateway:
                 raise ApiRefusal(self.cluster, exc) from None
             raise SubmitRejected(f"cluster {self.cluster}: {exc}") from None
 
-    def _unserved(self, obj: dict) -> str:
-        """Why the cluster cannot take `obj`'s kind ('' when it may): its watch found the kind not served
-        (the API server answered 404 to its list: the CRD is not installed)."""
-        workload = workload_of(obj)
-        name = collection(workload) if workload is not None else None
-        if not any(w.name == name and w.missing for w in self._watches):
-            return ""
-        return (
-            f"cluster {self.cluster} does not serve {obj['kind']} ({obj['apiVersion']}): its CRD is not "
-            f"installed there; install {workload.project}'s CRD, or the job runs on a cluster that has it"
-        )
-
-    def _create(self, obj: dict, job_id: str) -> None:
+    def _create(self, obj: dict, job_id: str) -> bool:
+        """Create `obj` for the job; False when it was there already and is another job's (a companion
+        both share, left to its owner: a rollback of this job does not remove it). An object there already
+        is the job's own (its earlier try), or a companion with the same content (cpn.companions); any
+        other is refused, naming it."""
         kind = KINDS.get((obj["apiVersion"], obj["kind"]))
         if kind is None:
             raise SubmitRejected(f"cpn does not submit {obj['kind']} {obj['apiVersion']}")
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         try:
             kind.create(self.api, ns, obj)()
+            return True
         except ApiError as exc:
             if exc.status != 409:
                 raise
             existing = kind.read(self.api, ns, name)()
-            owner = ((existing.get("metadata") or {}).get("annotations") or {}).get(self.labels.job_id)
-            if owner != job_id:
-                raise SubmitRejected(
-                    f"{obj['kind']} {ns}/{name} already exists and is not cpn's job {job_id} "
-                    f"(its {self.labels.job_id} is {owner!r}); rename the job or remove the object"
-                ) from None
+        owner = ((existing.get("metadata") or {}).get("annotations") or {}).get(self.labels.job_id)
+        if owner == job_id:
             log.info(
                 "%s %s/%s already exists for %s: the same job, not created again",
                 obj["kind"],
@@ -311,6 +306,24 @@ class KubernetesGateway:
                 name,
                 job_id,
             )
+            return True
+        if workload_of(obj) is None:
+            differs = content_difference(obj, existing)
+            origin = f"it came with job {owner}" if owner else "cpn did not create it"
+            if differs is None:
+                log.info(
+                    "%s %s/%s already exists with the same content (%s): shared",
+                    obj["kind"],
+                    ns,
+                    name,
+                    origin,
+                )
+                return False
+            raise SubmitRejected(conflict(obj, self.cluster, differs, origin))
+        raise SubmitRejected(
+            f"{obj['kind']} {ns}/{name} already exists and is not cpn's job {job_id} "
+            f"(its {self.labels.job_id} is {owner!r}); rename the job or remove the object"
+        )
 
     def _delete(self, objects: list[dict]) -> None:
         for obj in objects:
@@ -391,6 +404,9 @@ class KubernetesGateway:
         with self._start_lock:
             if self._started:
                 return
+            served = served_kinds(self.api)
+            with self._lock:
+                self._live.workloads = served
             for w in self._watches:
                 w.relist()
             for w in self._watches:

@@ -49,9 +49,14 @@ def quantity(value: Any) -> float:
 
 
 def read_node(
-    cluster: str, obj: Mapping[str, Any], labels: CpnLabels, gpu_aliases: Mapping[str, str]
+    cluster: str,
+    obj: Mapping[str, Any],
+    labels: CpnLabels,
+    gpu_aliases: Mapping[str, str],
+    workloads: tuple[str, ...] | None = None,
 ) -> Node | None:
-    """The cpn Node of a Kubernetes Node object; None for control-plane, pool-less or card-less nodes."""
+    """The cpn Node of a Kubernetes Node object; None for control-plane, pool-less or card-less nodes.
+    `workloads`: the CRD-defined kinds its cluster serves (api.served_kinds; None: not known)."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     node_labels: dict[str, str] = meta.get("labels") or {}
     taints = tuple(
@@ -81,6 +86,7 @@ def read_node(
         taints=taints,
         gpu_key=canonical_gpu(product, gpu_aliases),
         hami=any(key in (meta.get("annotations") or {}) for key in HAMI_NODE_ANNOTATIONS),
+        workloads=workloads,
     )
 
 
@@ -196,11 +202,14 @@ class LiveInventory:
         self._uses: dict[str, dict[tuple[str, str], PodUse]] = defaultdict(dict)
         """node name -> (namespace, pod name) -> what the pod holds there."""
         self._pod_node: dict[tuple[str, str], str] = {}
+        self.workloads: tuple[str, ...] | None = None
+        """The CRD-defined kinds the cluster serves, as API discovery found them (None: not known yet);
+        set before the nodes are read, every node carries it (Node.workloads)."""
 
     def set_node(self, obj: Mapping[str, Any]) -> None:
         """A Node object added or changed."""
         name = (obj.get("metadata") or {}).get("name", "")
-        node = read_node(self.cluster, obj, self.labels, self.gpu_aliases)
+        node = read_node(self.cluster, obj, self.labels, self.gpu_aliases, self.workloads)
         if node is None:
             self.nodes.pop(name, None)
         else:
