@@ -182,19 +182,22 @@ def _team_lines(result: BenchResult) -> list[str]:
         m = run.summary
         if "teams" not in m:
             continue
-        err = m["fairness_error"]
+        err, by_weight = m["fairness_error"], m.get("fairness_error_by_weight")
         lines.append(
-            f"  {run.name}: fairness error {'-' if err is None else f'{err:.3f}'}, "
+            f"  {run.name}: fairness error {'-' if err is None else f'{err:.3f}'} "
+            f"(by weight alone {'-' if by_weight is None else f'{by_weight:.3f}'}), "
             f"{m['gpu_hours']:,.1f} GPU-h "
             f"done, {m['preemptions']} preemptions, {m['lost_gpu_hours']:,.1f} GPU-h lost"
         )
         for name, f in m["teams"].items():
             used = "-" if f["share_used"] is None else f"{f['share_used']:.3f}"
+            fair = "-" if f.get("share_fair") is None else f"{f['share_fair']:.3f}"
             waits = "/".join(
                 "-" if f[k] is None else f"{f[k] / 3600:,.2f}" for k in ("p50_wait_s", "p99_wait_s")
             )
             lines.append(
-                f"    {name}: {f['jobs']:,} jobs, share entitled {f['share_entitled']:.3f}, used {used}, "
+                f"    {name}: {f['jobs']:,} jobs, share entitled {f['share_entitled']:.3f}, max-min fair "
+                f"{fair}, used {used}, "
                 f"wait p50/p99 {waits} h"
             )
     return ["", "Teams (share used while every team had work waiting):", *lines] if lines else []

@@ -4,7 +4,13 @@
 - `share_used`: its share of the GPU-hours used while every team with jobs had work waiting (some job
   arrived and not yet started); None when there was no such time;
 - `p50_wait_s`, `p99_wait_s`: its jobs' waits from arrival to first start (jobs that started);
-- `fairness_error`: the largest |share_used - share_entitled| over the teams (None without contention);
+- `share_fair`: its max-min fair share over the same time: at each moment the cards in use are divided
+  by weight, no team counted for more than it asked (its running jobs' cards plus those of its jobs
+  waiting to start), the rest shared by the others (weighted water-filling); equal to `share_entitled`
+  while every team asks for more than its weighted share;
+- `fairness_error`: the largest |share_used - share_fair| over the teams (None without contention): a
+  team that asks for less than its weight's share and gets it is treated fairly;
+  `fairness_error_by_weight`: the largest |share_used - share_entitled|, which counts such a team short;
 
 `work_figures`, reported for every replay, with or without teams:
 
@@ -89,18 +95,89 @@ def team_figures(
         if team in used:
             used[team] += cards * _overlap((e.start, e.end), window)
     contended = sum(used.values())
+    fair = _fair_use(teams, weights, timelines, executions, window)
+    fair_total = sum(fair.values())
     out: dict = {}
     for name, lines in sorted(by_team.items()):
         waits = [t.started_at - t.queued_at for t in lines if t.started_at is not None]
         out[name] = {
             "share_entitled": weights[name] / total_weight,
             "share_used": used[name] / contended if contended else None,
+            "share_fair": fair[name] / fair_total if fair_total else None,
             "p50_wait_s": _quantile(waits, 0.5),
             "p99_wait_s": _quantile(waits, 0.99),
             "jobs": len(lines),
         }
-    errors = [abs(f["share_used"] - f["share_entitled"]) for f in out.values() if f["share_used"] is not None]
-    return {"teams": out, "fairness_error": max(errors) if errors else None}
+    by_weight = [
+        abs(f["share_used"] - f["share_entitled"]) for f in out.values() if f["share_used"] is not None
+    ]
+    errors = [
+        abs(f["share_used"] - f["share_fair"])
+        for f in out.values()
+        if f["share_used"] is not None and f["share_fair"] is not None
+    ]
+    return {
+        "teams": out,
+        "fairness_error": max(errors) if errors else None,
+        "fairness_error_by_weight": max(by_weight) if by_weight else None,
+    }
+
+
+def water_fill(total: float, weights: dict[str, float], asks: dict[str, float]) -> dict[str, float]:
+    """Weighted max-min fair split of `total` cards: each team gets `total` x its weight share, none more
+    than it asks; what a team leaves is split again among the others by weight."""
+    out = dict.fromkeys(weights, 0.0)
+    left, open_ = total, {t for t in weights if asks.get(t, 0.0) > 0}
+    while left > 1e-9 and open_:
+        weight = sum(weights[t] for t in open_)
+        capped = {t for t in open_ if asks[t] - out[t] <= left * weights[t] / weight}
+        if not capped:
+            for t in open_:
+                out[t] += left * weights[t] / weight
+            break
+        for t in capped:
+            left -= asks[t] - out[t]
+            out[t] = asks[t]
+        open_ -= capped
+    return out
+
+
+def _fair_use(
+    teams: Teams,
+    weights: dict[str, float],
+    timelines: Sequence[JobTimeline],
+    executions: Sequence[Execution],
+    window: list[Interval],
+) -> dict[str, float]:
+    """Card-seconds each team's max-min fair share (`water_fill` of the cards in use, by what each team
+    asks: its running cards plus the cards of its jobs waiting to start) comes to over `window`."""
+    changes: list[tuple[float, str, float, float]] = []  # (time, team, d running cards, d waiting cards)
+    for e in executions:
+        team = teams.team_of(e.job_id)
+        if team in weights:
+            changes += [
+                (e.start, team, len(e.gpus) * e.share, 0.0),
+                (e.end, team, -len(e.gpus) * e.share, 0.0),
+            ]
+    for t in timelines:
+        team = teams.team_of(t.job_id)
+        end = t.started_at if t.started_at is not None else (t.ended_at or t.queued_at)
+        if team in weights and end > t.queued_at:
+            changes += [(t.queued_at, team, 0.0, t.num_gpus), (end, team, 0.0, -t.num_gpus)]
+    changes.sort(key=lambda c: c[0])
+    running, waiting = dict.fromkeys(weights, 0.0), dict.fromkeys(weights, 0.0)
+    out = dict.fromkeys(weights, 0.0)
+    for i, (when, team, run, wait) in enumerate(changes):
+        running[team] += run
+        waiting[team] += wait
+        until = changes[i + 1][0] if i + 1 < len(changes) else when
+        span = _overlap((when, until), window)
+        if span <= 0:
+            continue
+        asks = {t: running[t] + waiting[t] for t in weights}
+        for t, cards in water_fill(sum(running.values()), weights, asks).items():
+            out[t] += cards * span
+    return out
 
 
 def work_figures(executions: Sequence[Execution], stopped: Sequence[Stopped] = ()) -> dict:

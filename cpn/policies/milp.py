@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import highspy
 import pulp
@@ -33,7 +33,8 @@ from cpn.policies.base import Traits, by_priority
 from cpn.policies.greedy import GreedyPolicy, service_option
 from cpn.policies.placement import NO_ESTIMATE, Capacity, Group, awaits_benchmark, usable_runtimes
 from cpn.policies.plan import GroupKey, Projection, Releases, releases
-from cpn.policies.teams import FairQueue
+from cpn.policies.sjf import SjfPolicy
+from cpn.policies.teams import FairQueue, option_cards
 from cpn.policies.waiting import WaitingExplainer
 from cpn.rules import is_sharing, job_pins
 
@@ -118,6 +119,43 @@ class _Model:
     room: dict[GroupKey, list[float]]
     """Group -> card-seconds free from now to the end of each bucket (`MilpPolicy._room`)."""
     constraints: list[pulp.LpConstraint]
+    wide: list[tuple[pulp.LpVariable, list[pulp.LpVariable]]]
+    """Per (group, bucket, job size): the variable bounding the starts of that size there, and the starts."""
+
+
+def _projected_completion(snapshot: Snapshot, jobs: list[_Job], placements) -> float:
+    """Weighted completion time of `jobs` (seconds from now) when `placements` start now and every other
+    job follows, shortest area first, on the group where it finishes first (whole cards per group); a
+    job no group could take counts its shortest runtime after the last end."""
+    now = snapshot.now
+    capacity = Capacity(snapshot)
+    projection = Projection(now, {g.key: g.free for g in capacity.groups()}, releases(snapshot).groups)
+    by_id = {j.spec.job_id: j for j in jobs}
+    total, started, last = 0.0, set(), now
+    for p in placements:
+        job = by_id.get(p.job_id)
+        if job is None:
+            continue
+        for group, duration in job.options:
+            if group.cluster == p.cluster and p.node in {s.node.name for s in group.slots}:
+                projection.book(group.key, job.cards, now, duration)
+                total += job.weight * duration
+                last = max(last, now + duration)
+                started.add(p.job_id)
+                break
+    unplaced = []
+    for job in sorted(jobs, key=lambda j: (-j.spec.priority, j.size * j.shortest)):
+        if job.spec.job_id in started:
+            continue
+        best = projection.best(((g.key, d) for g, d in job.options), job.cards, now)
+        if best is None:
+            unplaced.append(job)
+            continue
+        key, start, duration = best
+        projection.book(key, job.cards, start, duration)
+        total += job.weight * (start + duration - now)
+        last = max(last, start + duration)
+    return total + sum(j.weight * (last - now + j.shortest) for j in unplaced)
 
 
 class MilpPolicy:
@@ -129,6 +167,7 @@ class MilpPolicy:
     def __init__(self, settings: MilpSettings | None = None) -> None:
         self.settings = settings or MilpSettings()
         self._greedy = GreedyPolicy(GreedySettings(pessimism=self.settings.pessimism))
+        self._sjf = SjfPolicy()
 
     # --- the round ---------------------------------------------------------------------------------
 
@@ -137,8 +176,15 @@ class MilpPolicy:
         capacity = Capacity(snapshot)
         jobs, services, rejections = self._candidates(snapshot, capacity)
         first, services, released = self._serve(snapshot, capacity, services, releases(snapshot))
-        reserved = self._reserved(snapshot, jobs) if self.settings.reservation else None
         ends: list[tuple[GroupKey, int, float]] = []
+        candidates = jobs
+        fair = self._fair_first(snapshot, capacity, jobs, ends)
+        if fair:
+            started = {p.job_id for p in fair}
+            jobs = [j for j in jobs if j.spec.job_id not in started]
+            first += fair
+        reserved = self._reserved(snapshot, jobs) if self.settings.reservation else None
+        easy = reserved is not None  # EASY's head comes first: no comparison with sjf's starts
         hold = None
         if reserved is not None:
             fit = capacity.fit(reserved.spec, reserved.runtimes)
@@ -153,8 +199,11 @@ class MilpPolicy:
             else:
                 hold = self._hold(snapshot, capacity, released, reserved)
         window = self._window(jobs, reserved)
-        starts = self._bucket_starts(snapshot.now, window)
-        room = self._room(capacity, released.groups, starts)
+        held = {key: list(v) for key, v in released.groups.items()}  # what runs, and what starts now
+        for key, cards, end in ends:
+            held.setdefault(key, []).append((end, cards))
+        starts = self._bucket_starts(snapshot.now, window, held)
+        room = self._room(capacity, held, starts)
         stats = None
         if not first and capacity.hopeless(snapshot.shapes):
             # Nothing could start now, and only what starts now is carried out: no solve; the window is
@@ -162,8 +211,8 @@ class MilpPolicy:
             plan: dict[int, tuple[int, int] | None] = dict.fromkeys(range(len(window)))
         else:
             building = time.perf_counter()
-            model = self._build(window, starts, capacity, room, reserved, hold)
-            warm = self._warm_start(snapshot, capacity, model, window, released.groups)
+            model = self._build(window, starts, capacity, room, held, reserved, hold)
+            warm = self._warm_start(snapshot, capacity, model, window, held)
             status, objective, gap = self._solve(model, warm is not None)
             solve_s = time.perf_counter() - building
             plan, fallback = self._choose(model, window, status, objective, warm)
@@ -196,6 +245,8 @@ class MilpPolicy:
             first,
             ends,
         )
+        if not easy:
+            placements, waiting = self._no_worse_than_sjf(snapshot, candidates, placements, waiting)
         fair = FairQueue(snapshot, ())
         placements, over = fair.limit(placements)  # teams' borrowing limits
         specs = {job.job_id: job for job in snapshot.pending}
@@ -212,6 +263,31 @@ class MilpPolicy:
                 and awaits_benchmark(snapshot, job)
             ]
         return Decision(tuple(placements), tuple(rejections), tuple(waiting), stats)
+
+    def _no_worse_than_sjf(
+        self, snapshot: Snapshot, jobs: list[_Job], placements: list[Placement], waiting: list[Waiting]
+    ) -> tuple[list[Placement], list[Waiting]]:
+        """The plan's starts, or sjf's where they project a lower weighted completion time. The plan's
+        later buckets are fluid: a wide job may be counted into the gaps narrow jobs leave, and then long
+        narrow jobs started now hold the cards it waits for. Both sets of starts are scored the same way,
+        whole cards per group (`plan.Projection`): what each starts now, then every other queued job
+        shortest-area first where it finishes first; so no round starts worse than shortest-job-first
+        would by that reckoning (the test: tests/unit/test_milp_vs_sjf.py)."""
+        if not jobs:
+            return placements, waiting
+        alternative = self._sjf.decide(replace(snapshot, explain=False))
+        ours = {p.job_id for p in placements}
+        theirs = {p.job_id for p in alternative.placements}
+        if ours == theirs:
+            return placements, waiting
+        mine = _projected_completion(snapshot, jobs, placements)
+        other = _projected_completion(snapshot, jobs, alternative.placements)
+        if other >= mine * (1 - 1e-6):
+            return placements, waiting
+        left = {p.job_id for p in placements} - theirs
+        kept = [w for w in waiting if w.job_id not in theirs]
+        kept += [Waiting(job_id, "queue-order", "", None) for job_id in sorted(left)]
+        return list(alternative.placements), kept
 
     # --- what goes into the model ------------------------------------------------------------------
 
@@ -281,6 +357,42 @@ class MilpPolicy:
                 nodes.setdefault(f"{placement.cluster}/{name}", []).append((math.inf, cards))
         return placements, waiting, Releases(groups, nodes)
 
+    def _fair_first(
+        self, snapshot: Snapshot, capacity: Capacity, jobs: list[_Job], ends: list
+    ) -> list[Placement]:
+        """With teams, greedy's teams rule before the plan: teams below their quota take turns in fair
+        order (cpn.policies.teams), each starting its next job (in the window's order) on free cards of
+        its quota's classes, where it ranks best, while any can. The optimiser then plans the rest: its
+        weighted completion times alone would start a flooding team's short jobs before a late team's,
+        and preemption (which reclaims only where no free card is left) would not step in. Only cards
+        within the team's quota are taken here, so no start adds borrowed cards that preemption would
+        reclaim. Returns the placements; `ends` gets each started job's cards and predicted end."""
+        if snapshot.teams is None or not jobs:
+            return []
+        by_id = {j.spec.job_id: j for j in jobs}
+        queue = FairQueue(snapshot, [j.spec for j in self._window(jobs, None, len(jobs))])
+        placements: list[Placement] = []
+        for spec in queue:
+            use = queue.ledger.team(spec)
+            if not use.below_quota():
+                break  # every team left in turn is at its quota: the plan decides the rest
+            if not capacity.worth_trying(spec):
+                continue
+            job = by_id[spec.job_id]
+            durations = {g.key: d for g, d in job.options}
+            ranks = {g.key: c for (g, _), c in zip(job.options, job.costs, strict=True)}
+            borrowed = use.borrowed()
+            within = [
+                o
+                for o in capacity.fit(spec, job.runtimes).options
+                if o.group.key in durations and use.borrowed(option_cards(o)) == borrowed
+            ]
+            if within:
+                option = min(within, key=lambda o: ranks[o.group.key])
+                queue.took(spec, option)
+                placements.append(self._start(snapshot.now, capacity, job, option, durations, ends))
+        return placements
+
     def _reserved(self, snapshot: Snapshot, jobs: list[_Job]) -> _Job | None:
         """The oldest job once it is starving (EASY's head): it starts first when it can, else its cards
         are held for it. Starving: it has waited longer than it would run and longer than the queue's
@@ -296,24 +408,38 @@ class MilpPolicy:
             return oldest
         return None
 
-    def _window(self, jobs: list[_Job], reserved: _Job | None) -> list[_Job]:
-        """The jobs the MILP plans: the reserved one, then by priority and shortest-area first (longest
-        first when minimising the makespan)."""
+    def _window(self, jobs: list[_Job], reserved: _Job | None, size: int | None = None) -> list[_Job]:
+        """The jobs the MILP plans (`size`, default the `window` setting): the reserved one, then by
+        priority and shortest-area first (longest first when minimising the makespan)."""
         if self.settings.objective == "makespan":
             key = lambda j: (-j.spec.priority, -j.shortest)  # noqa: E731
         else:
             key = lambda j: (-j.spec.priority, j.size * j.shortest)  # noqa: E731
         rest = sorted((j for j in jobs if j is not reserved), key=key)
         head = [reserved] if reserved is not None else []
-        return head + rest[: self.settings.window - len(head)]
+        return head + rest[: (size or self.settings.window) - len(head)]
 
-    def _bucket_starts(self, now: float, window: list[_Job]) -> list[float]:
-        """now, then starts of buckets that double in length; the last entry is the horizon's end."""
+    def _bucket_starts(self, now: float, window: list[_Job], held: dict) -> list[float]:
+        """now, then starts of buckets that double in length; the last entry is the horizon's end. The
+        first bucket is the `first_bucket_s` setting, else the median predicted runtime of the window,
+        cut to when running jobs first free cards (so that waiting for cards that free soon is planned
+        at about that time, not at the middle of a bucket as long as a typical job); buckets are added
+        so that the horizon reaches as far as with the uncut first bucket."""
         first = self.settings.first_bucket_s
+        buckets = self.settings.buckets
         if not first:
-            first = statistics.median([j.shortest for j in window]) if window else MIN_BUCKET_S
+            first = max(
+                statistics.median([j.shortest for j in window]) if window else MIN_BUCKET_S, MIN_BUCKET_S
+            )
+            soon = min(
+                (when - now for v in held.values() for when, _ in v if now < when < math.inf), default=None
+            )
+            if soon is not None and soon < first:
+                cut = max(soon, MIN_BUCKET_S)
+                buckets += math.ceil(math.log2(first / cut))
+                first = cut
         first = max(first, MIN_BUCKET_S)
-        return [now + first * (2**k - 1) for k in range(self.settings.buckets + 1)]
+        return [now + first * (2**k - 1) for k in range(buckets + 1)]
 
     @staticmethod
     def _room(capacity: Capacity, releases: dict, starts: list[float]) -> dict[GroupKey, list[float]]:
@@ -336,10 +462,12 @@ class MilpPolicy:
         starts: list[float],
         capacity: Capacity,
         room: dict,
+        held: dict[GroupKey, list[tuple[float, int]]],
         reserved: _Job | None,
         hold: _Hold | None,
     ) -> _Model:
-        """The MILP of docs/optimiser.md."""
+        """The MILP of docs/optimiser.md. `held`: group -> (when, cards) its running jobs (and those
+        started this round) free."""
         now, horizon = starts[0], starts[-1]
         buckets = len(starts) - 1
         free = {
@@ -355,6 +483,9 @@ class MilpPolicy:
             weights[0] = 1.0 + sum(weights[1:])
         now_terms: dict[GroupKey, list[tuple[pulp.LpVariable, float]]] = {}
         area_terms: dict[GroupKey, list[list[tuple[pulp.LpVariable, float]]]] = {}
+        running_terms: dict[GroupKey, list[list[tuple[pulp.LpVariable, float]]]] = {}
+        starting: dict[tuple[GroupKey, int, float], list[pulp.LpVariable]] = {}
+        wides: list[tuple[pulp.LpVariable, list[pulp.LpVariable]]] = []
         completion: list[list[tuple[pulp.LpVariable, float]]] = []
         for i, job in enumerate(window):
             mine = []
@@ -379,6 +510,12 @@ class MilpPolicy:
                     rows = area_terms.setdefault(key, [[] for _ in range(buckets)])
                     for kk in range(k, buckets):
                         rows[kk].append((var, job.size * min(duration, starts[kk + 1] - starts[k])))
+                    if k > 0:
+                        starting.setdefault((key, k, job.size), []).append(var)
+                    along = running_terms.setdefault(key, [[] for _ in range(buckets)])
+                    for kk in range(k + 1, buckets):
+                        if planned_start(starts, k) + duration > starts[kk]:
+                            along[kk].append((var, job.size))
             overflow = problem.add_variable(f"y_{i}", lowBound=0, upBound=1)
             overflows.append(overflow)
             mine.append((overflow, horizon - now + job.shortest))
@@ -401,6 +538,17 @@ class MilpPolicy:
             for k, terms in enumerate(rows):
                 if terms:
                     constraints.append(pulp.LpAffineExpression(terms) <= max(0.0, room[key][k]))
+        # At each bucket's start the jobs planned to be running on a group, and each job planned to start
+        # in it (`wide`: the share of the widest such job of each size), fit the cards its running jobs
+        # leave then: without it the fluid area lets a wide job into the gaps narrow long jobs leave, and
+        # the plan starts long narrow jobs now on cards it counts on for wide ones.
+        for (key, k, size), terms in starting.items():
+            wide = problem.add_variable(f"w_{len(constraints)}", lowBound=0, upBound=1)
+            constraints += [var <= wide for var in terms]
+            wides.append((wide, terms))
+            along = running_terms.get(key, [[]] * buckets)[k]
+            busy = sum(c for when, c in held.get(key, ()) if when > starts[k])
+            constraints.append(pulp.LpAffineExpression([(wide, size), *along]) <= max(0.0, sizes[key] - busy))
         weighted = pulp.LpAffineExpression(
             [(v, w * end) for w, mine in zip(weights, completion, strict=True) for v, end in mine]
         )
@@ -414,7 +562,7 @@ class MilpPolicy:
             problem += weighted
         for n, constraint in enumerate(constraints):
             problem += constraint, f"c{n}"
-        return _Model(problem, x, overflows, span, starts, room, constraints)
+        return _Model(problem, x, overflows, span, starts, room, constraints, wides)
 
     # --- greedy's plan as warm start and fallback ------------------------------------------------
 
@@ -458,6 +606,8 @@ class MilpPolicy:
             model.overflow[i].setInitialValue(1 if chosen is None else 0, check=False)
             if chosen is not None:
                 model.x[(i, *chosen)].setInitialValue(1)
+        for wide, terms in model.wide:
+            wide.setInitialValue(max(v.varValue or 0 for v in terms))
         span = model.span
         if span is not None:
             now, horizon = starts[0], starts[-1]

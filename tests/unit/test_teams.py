@@ -10,7 +10,7 @@ import pytest
 from config.settings import ConfigError
 from config.teams import DEFAULT_TEAM, TeamsConfig, load_teams, quota_warnings
 from cpn.bench.report import JobTimeline
-from cpn.bench.teams import team_figures, work_figures
+from cpn.bench.teams import team_figures, water_fill, work_figures
 from cpn.decisions import NEVER, RunningJob, Team, Teams, never_starts
 from cpn.formats.trace_csv import TraceFormatError, load_trace_csv
 from cpn.jobs import JobState
@@ -233,3 +233,31 @@ def test_the_shares_plot_draws_each_team_against_its_entitlement(tmp_path):
     assert shares["a"][:3] == [1.0, 0.75, 0.0] and shares["b"][:3] == [0.0, 0.25, 1.0]
     path = team_shares(runs, cfg.team_of, {"a": 0.5, "b": 0.5}, tmp_path / "teams.png")
     assert path.stat().st_size > 0
+
+
+def test_a_team_that_asks_for_less_than_its_weight_share_is_owed_only_what_it_asks():
+    """Over [0, 10) both wait: a runs 6 cards and waits for 6 more, b runs 1 and waits for 1 more. Of the 7
+    cards in use b's max-min fair share is the 2 it asks (a gets the other 5), not half of them."""
+    cfg = teams(Team("a"), Team("b"))
+    lines = [
+        JobTimeline("a/1", 6, 0.0, 10.0, 20.0, JobState.SUCCEEDED),
+        JobTimeline("a/2", 6, 0.0, 0.0, 10.0, JobState.SUCCEEDED),
+        JobTimeline("b/1", 1, 0.0, 10.0, 20.0, JobState.SUCCEEDED),
+        JobTimeline("b/2", 1, 0.0, 0.0, 10.0, JobState.SUCCEEDED),
+    ]
+    runs = [
+        Execution("a/2", "c", "n", tuple(range(6)), 0.0, 10.0, "succeeded"),
+        Execution("b/2", "c", "n", (6,), 0.0, 10.0, "succeeded"),
+    ]
+    out = team_figures(cfg, lines, runs)
+    assert out["teams"]["b"]["share_fair"] == pytest.approx(2 / 7)
+    assert out["teams"]["b"]["share_used"] == pytest.approx(1 / 7)
+    assert out["fairness_error"] == pytest.approx(1 / 7)
+    assert out["fairness_error_by_weight"] == pytest.approx(0.5 - 1 / 7)
+
+
+def test_water_fill_gives_each_what_it_asks_up_to_its_weighted_share():
+    assert water_fill(10, {"a": 1, "b": 1, "c": 2}, {"a": 1, "b": 9, "c": 9}) == pytest.approx(
+        {"a": 1, "b": 3, "c": 6}
+    )
+    assert water_fill(4, {"a": 1, "b": 1}, {"a": 0, "b": 9}) == pytest.approx({"a": 0, "b": 4})
