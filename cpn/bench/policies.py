@@ -31,7 +31,7 @@ from cpn.bench.report import JobTimeline, busy_of, copies_per_job, summarize, ti
 from cpn.bench.teams import team_figures, work_figures
 from cpn.bootstrap import build_simulation
 from cpn.decisions import Teams
-from cpn.engine.scheduler import EstimateSource
+from cpn.engine.scheduler import EstimateSource, RoundResult
 from cpn.formats.gavel_trace import load_gavel_trace
 from cpn.formats.throughput import ThroughputTable
 from cpn.formats.trace_csv import load_trace_csv
@@ -114,7 +114,9 @@ def run_policy(
     `teams`, the policy ordering and limiting by them and the teams' figures (cpn.bench.teams).
     `forecast` False replays without the forward look (as plain replays run): the engine's own cost, and
     predicted starts only where the policy's own plan gives them. `watch` is told of every round, and
-    asks how many jobs finished when it reports."""
+    asks how many jobs finished when it reports. The summary has the replay's wall and CPU seconds and,
+    in `stage_wall`, the wall seconds its rounds spent in each stage (RoundResult.stage_s): where a replay's
+    time goes."""
     recorder = RecordingPolicy(make_policy(settings))
     sim = build_simulation(
         clusters,
@@ -128,23 +130,25 @@ def run_policy(
         forecast=forecast,
     )
     forecaster = sim.scheduler.forecaster
-    on_round = None
-    if watch is not None:
+    stage_s: dict[str, float] = {}
 
-        def finished() -> int:
-            return sum(n for state, n in sim.store.counts().items() if state in FINISHED)
+    def finished() -> int:
+        return sum(n for state, n in sim.store.counts().items() if state in FINISHED)
 
-        def on_round(_: object) -> None:
+    def on_round(result: RoundResult) -> None:
+        for stage, seconds in result.stage_s:
+            stage_s[stage] = stage_s.get(stage, 0.0) + seconds
+        if watch is not None:
             watch.tick(finished)
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     replay(sim.scheduler, sim.simulator, sim.clock, arrivals_from_jobs(jobs), on_round, migrator=sim.migrator)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     if watch is not None:
         watch.close()
     lines = tuple(timelines(sim.store))
     summary = summarize(lines, busy_of(sim.simulator.executions), sim.total_gpus, sim.migrator.total_s)
-    summary["sim_wall_s"] = wall
+    summary["sim_wall_s"], summary["sim_cpu_s"], summary["stage_wall"] = wall, cpu, stage_s
     if forecaster is not None:
         summary["forecast_s"], summary["forecast_looks"] = forecaster.spent_s, forecaster.looks
     summary.update(start_errors(recorder, lines).as_summary())

@@ -68,7 +68,7 @@ def test_elsewhere_a_line_every_few_seconds_and_nothing_to_clear():
     ]
 
 
-def test_the_benchmark_reports_every_policy_with_the_trace_s_jobs():
+def test_the_benchmark_reports_each_replay_s_progress_and_where_its_time_went():
     out: list[str] = []
     clock = FakeClock()
 
@@ -82,9 +82,15 @@ def test_the_benchmark_reports_every_policy_with_the_trace_s_jobs():
 
         return ReplayProgress(name, total, write, tty=False, clock=ticking)
 
-    bench_policies(**EXAMPLE, policies=["fifo", "greedy"], progress=lambda _: None, watch_for=watch_for)
+    result = bench_policies(
+        **EXAMPLE, policies=["fifo", "greedy"], progress=lambda _: None, watch_for=watch_for
+    )
     for name in ("fifo", "greedy"):
         lines = [line for line in out if line.startswith(f"{name}: ")]
         assert lines and all("/3 jobs finished" in line for line in lines)
         done = [int(line.split("/")[0].split()[-1]) for line in lines]
         assert done == sorted(done) and done[-1] <= 3
+    for run in result.runs:  # where each replay's time went, by stage of its rounds
+        stages = run.summary["stage_wall"]
+        assert {"collect", "cancel", "snapshot", "decide", "assign", "submit"} <= set(stages)
+        assert sum(stages.values()) <= run.summary["sim_wall_s"] and run.summary["sim_cpu_s"] > 0
