@@ -136,13 +136,6 @@ end; `removed` is gone from the set (its row stays, so a restart can replay what
 CLUSTERS_VERSION = "clusters_version"
 """STORE_META key counting the cluster set's changes: the leader reads it each round, the set on a change."""
 
-FACTS_VERSION = "facts_version"
-"""STORE_META key counting changes of what a round reads beside the jobs' rows: cancel requests written, and
-scheduler facts (cpn.store_facts) written or removed. The leader reads it each round (`facts_version`), and
-those tables only on a change, so a round's reads do not grow with them."""
-
-_META = select(STORE_META.c.value).where(STORE_META.c.key == bindparam("key"))
-
 FENCED = frozenset({JobState.ASSIGNED, JobState.MIGRATING, JobState.SUBMITTED})
 """The moves a scheduler makes only as the leader: under a fence (`JobStore.fence`) each is refused unless
 the store's lease is still in the fence's term."""
@@ -798,7 +791,7 @@ class JobStore:
 
     def meta(self, key: str) -> str | None:
         """The store fact kept under `key` (STORE_META), None if none is."""
-        rows = self._database.read(_META, {"key": key})
+        rows = self._database.read(select(STORE_META.c.value).where(STORE_META.c.key == key))
         return rows[0][0] if rows else None
 
     def set_meta(self, key: str, value: str) -> None:
@@ -819,11 +812,6 @@ class JobStore:
         """How many times the cluster set changed: one cheap read a round tells the leader whether to look."""
         return int(self.meta(CLUSTERS_VERSION) or 0)
 
-    def facts_version(self) -> int:
-        """How many times cancel requests or scheduler facts changed (FACTS_VERSION): one cheap read a round
-        tells the leader whether to read them again."""
-        return int(self.meta(FACTS_VERSION) or 0)
-
     def seed_clusters(self, specs: Sequence[tuple[str, dict[str, Any]]]) -> bool:
         """Store `specs` (name, spec) as the cluster set, all active, if the store holds none yet (a
         service's first start on the store); returns whether it did. Atomic: of two replicas starting at
@@ -836,7 +824,7 @@ class JobStore:
                 db.execute(
                     insert(CLUSTERS).values(name=name, spec=json.dumps(spec), state="active", added_at=now)
                 )
-            _bump(db, CLUSTERS_VERSION)
+            self._bump_clusters(db)
         return True
 
     def add_cluster(self, name: str, spec: dict[str, Any]) -> None:
@@ -852,7 +840,7 @@ class JobStore:
                 db.execute(insert(CLUSTERS).values(name=name, **values))  # last in the order, as added now
             else:
                 raise ClusterRefused(f"cluster {name!r} exists already ({state}); nothing was changed")
-            _bump(db, CLUSTERS_VERSION)
+            self._bump_clusters(db)
 
     def set_cluster_state(self, name: str, state: Literal["active", "cordoned"]) -> bool:
         """Cordon (`cordoned`) or uncordon (`active`) cluster `name`; returns whether its state changed.
@@ -862,7 +850,7 @@ class JobStore:
             if now == state:
                 return False
             db.execute(update(CLUSTERS).where(CLUSTERS.c.name == name).values(state=state))
-            _bump(db, CLUSTERS_VERSION)
+            self._bump_clusters(db)
         return True
 
     def remove_cluster(self, name: str, *, force: bool = False) -> int:
@@ -887,7 +875,7 @@ class JobStore:
                     "--force to mark them lost and queue them again"
                 )
             db.execute(update(CLUSTERS).where(CLUSTERS.c.name == name).values(state="removed"))
-            _bump(db, CLUSTERS_VERSION)
+            self._bump_clusters(db)
         return len(jobs)
 
     def jobs_on(self, cluster: str) -> list[str]:
@@ -912,6 +900,13 @@ class JobStore:
             ).scalars()
             raise UnknownCluster(f"no cluster {name!r}; known: {', '.join(known)}")
         return state
+
+    @staticmethod
+    def _bump_clusters(db: Connection) -> None:
+        """Count one more change of the cluster set (CLUSTERS_VERSION), in the change's own transaction."""
+        version = db.execute(select(STORE_META.c.value).where(STORE_META.c.key == CLUSTERS_VERSION)).scalar()
+        db.execute(delete(STORE_META).where(STORE_META.c.key == CLUSTERS_VERSION))
+        db.execute(insert(STORE_META).values(key=CLUSTERS_VERSION, value=str(int(version or 0) + 1)))
 
     @property
     def _db(self) -> Any:
@@ -1054,8 +1049,7 @@ class JobStore:
                 )
                 | {"term": self._term if fenced else None},
             )
-            if store_facts.record(db, job_id, old_state, new_state, now, fact):
-                _bump(db, FACTS_VERSION)
+            store_facts.record(db, job_id, old_state, new_state, now, fact)
 
     def cancel(self, job_id: str, by: str) -> CancelOutcome:
         """Cancel a job on behalf of `by` (who is recorded), atomically; UnknownJob for an unknown id.
@@ -1085,7 +1079,6 @@ class JobStore:
                                 job_id=job_id, requested_by=by, requested_at=self._clock.now()
                             )
                         )
-                        _bump(db, FACTS_VERSION)
                     return CancelOutcome(job_id, "requested", state)
             # queued again between the two transactions (a requeue by the scheduler): cancel it now
 
@@ -1284,14 +1277,6 @@ class JobStore:
             select(JOBS.c.state, namespace, code, func.count()).group_by(JOBS.c.state, "namespace", "code")
         )
         return [(JobState(state), namespace, code, n) for state, namespace, code, n in rows]
-
-
-def _bump(db: Connection, key: str) -> None:
-    """Count one more change under the STORE_META counter `key` (CLUSTERS_VERSION, FACTS_VERSION), in the
-    change's own transaction `db`."""
-    version = db.execute(_META, {"key": key}).scalar()
-    db.execute(delete(STORE_META).where(STORE_META.c.key == key))
-    db.execute(insert(STORE_META).values(key=key, value=str(int(version or 0) + 1)))
 
 
 def _check_ttl(ttl_s: float) -> None:

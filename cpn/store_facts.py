@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Boolean, Connection, bindparam, column, delete, insert, table
+from sqlalchemy import Boolean, Connection, column, delete, insert, table
 
 from cpn.jobs import FINISHED, JobState
 
@@ -32,11 +32,6 @@ COPIES = table(
 )
 """One row per job in `migrating` (`whole_cards` typed, so that a SQLite store's 0/1 is copied to a
 PostgreSQL boolean by `cpn store copy`)."""
-
-
-_FORGET_COPY = delete(COPIES).where(COPIES.c.job_id == bindparam("job_id"))
-_FORGET_PROGRESS = delete(SAVED_PROGRESS).where(SAVED_PROGRESS.c.job_id == bindparam("job_id"))
-"""Built once: a move's facts are removed in every transition that may end them."""
 
 
 @dataclass(frozen=True)
@@ -72,18 +67,15 @@ def check(fact: Fact | None, new_state: JobState) -> None:
         raise ValueError(f"a {type(fact).__name__} is recorded with a move to {wanted}, not to {new_state}")
 
 
-def record(db: Connection, job_id: str, old: JobState, new: JobState, now: float, fact: Fact | None) -> bool:
+def record(db: Connection, job_id: str, old: JobState, new: JobState, now: float, fact: Fact | None) -> None:
     """Keep the job's facts in step with its move from `old` to `new` at `now`, in the move's transaction
-    `db`: remove those the move ends, write the one it carries (`check`ed first). Returns whether any fact
-    was written or removed (the store counts such changes, cpn.store.FACTS_VERSION)."""
-    changed = fact is not None
+    `db`: remove those the move ends, write the one it carries (`check`ed first)."""
     if old == JobState.MIGRATING:
-        changed = db.execute(_FORGET_COPY, {"job_id": job_id}).rowcount > 0 or changed
+        db.execute(delete(COPIES).where(COPIES.c.job_id == job_id))
     if new in FINISHED or isinstance(fact, SavedProgress):
-        changed = db.execute(_FORGET_PROGRESS, {"job_id": job_id}).rowcount > 0 or changed
+        db.execute(delete(SAVED_PROGRESS).where(SAVED_PROGRESS.c.job_id == job_id))
     if isinstance(fact, SavedProgress):
         db.execute(insert(SAVED_PROGRESS).values(job_id=job_id, work_left=fact.work_left, saved_at=now))
     elif isinstance(fact, CopyStarted):
         row = {"job_id": job_id, "source": fact.source, "started_at": now, "whole_cards": fact.whole_cards}
         db.execute(insert(COPIES).values(row))
-    return changed

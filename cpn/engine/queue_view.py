@@ -69,6 +69,12 @@ class QueueView:
         self._pending: tuple[JobSpec, ...] | None = ()
         self._grouped: QueueLines | None = None
 
+    @property
+    def seen(self) -> int:
+        """The store's position (JobStore.changes_since) of the last transition `refresh` applied: what was
+        written with a transition (cpn.store_facts) is unchanged while it stays the same."""
+        return self._after
+
     def refresh(self) -> tuple[JobSpec, ...]:
         """Apply every transition recorded since the last refresh.
 
@@ -103,7 +109,7 @@ class QueueView:
                 self._location.pop(change.job_id, None)
             else:
                 self._location[change.job_id] = change.location
-        specs = self.store.specs([c.job_id for c in entering]) if entering else {}
+        specs = self.store.specs([c.job_id for c in entering])
         in_order = True
         for change in entering:
             in_order = in_order and change.order > self._last_order

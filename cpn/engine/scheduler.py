@@ -331,12 +331,8 @@ class Scheduler:
         """job_id -> each copy in flight, as the store had them at the latest snapshot or collect
         (JobStore.copies): the cards it is to run on, held in the snapshot until the copy ends and the job is
         submitted to them."""
-        self._facts_at: int | None = None
-        """The store's facts counter (JobStore.facts_version) `_left` and `_copying` were read at; None:
-        never read."""
-        self._cancels_at: int | None = None
-        """The facts counter at the latest read of the cancel requests that found none left: they are read
-        again only once it moves (a request written), or every round while some are left."""
+        self._facts_at = -1
+        """The store position (QueueView.seen) `_left` and `_copying` were read at."""
         self._copies_here: set[str] = set()
         """Jobs whose copy this process's migrator makes (started or gone on with, and not reported done):
         a copy the store has and this set lacks is gone on with when the scheduler settles (`reconcile`)."""
@@ -519,13 +515,8 @@ class Scheduler:
         cancel came in is submitted in that round and deleted by the next. A delete the cluster refuses
         is logged and tried again next round.
         """
-        version = self.store.facts_version()
-        if version == self._cancels_at:
-            return 0
-        requests = self.store.cancel_requests()
-        self._cancels_at = None if requests else version
         cancelled = 0
-        for request in requests:
+        for request in self.store.cancel_requests():
             try:
                 self.gateway.delete(request.job_id)
             except Exception:  # one cluster's failure must not hold up the others' cancels
@@ -640,11 +631,10 @@ class Scheduler:
         """
         entering = self.queue.refresh()
         self._prune()
-        version = self.store.facts_version()
-        if version != self._facts_at:  # read again only once the store counts a change
+        if self.queue.seen != self._facts_at:  # facts change only with transitions
             self._left = self.store.saved_progress()
             self._copying = {c.placement.job_id: c for c in self.store.copies()}
-            self._facts_at = version
+            self._facts_at = self.queue.seen
         nodes = self.gateway.inventory()
         node_set = tuple(state.node for state in nodes)
         if node_set != self._node_set:
