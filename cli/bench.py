@@ -237,6 +237,13 @@ def run_policies(args: argparse.Namespace) -> int:
     """Run the policy benchmark; exit 2 on bad input."""
     from cpn.bench.policies import bench_policies
     from cpn.bench.policies_report import format_table, to_json, write_plots
+    from cpn.bench.progress import ReplayProgress
+
+    def to_stderr(text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    tty = sys.stderr.isatty()
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     try:
@@ -253,6 +260,7 @@ def run_policies(args: argparse.Namespace) -> int:
             overrides=parse_overrides(args.set),
             teams_path=args.teams,
             forecast=not args.no_forecast,
+            watch_for=lambda name, total: ReplayProgress(name, total, to_stderr, tty),
         )
     except (ConfigError, ThroughputFormatError, TraceFormatError, ValueError, FileNotFoundError) as exc:
         print(f"cpn bench policies: {exc}", file=sys.stderr)

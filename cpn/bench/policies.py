@@ -25,17 +25,18 @@ from config.policies import (
 from config.settings import DATA_DIR, ClustersConfig, load_model
 from config.teams import load_teams
 from cpn.bench.bound import LowerBound, lower_bound
+from cpn.bench.progress import ReplayProgress
 from cpn.bench.recorder import RecordingPolicy, solver_summary, start_errors
 from cpn.bench.report import JobTimeline, busy_of, copies_per_job, summarize, timelines
 from cpn.bench.teams import team_figures, work_figures
 from cpn.bootstrap import build_simulation
 from cpn.decisions import Teams
-from cpn.engine.scheduler import EstimateSource
+from cpn.engine.scheduler import EstimateSource, RoundResult
 from cpn.formats.gavel_trace import load_gavel_trace
 from cpn.formats.throughput import ThroughputTable
 from cpn.formats.trace_csv import load_trace_csv
 from cpn.inventory import nodes_from_config
-from cpn.jobs import JobSpec, JobState
+from cpn.jobs import FINISHED, JobSpec, JobState
 from cpn.policies import make_policy
 from cpn.policies.teams import teams_of
 from cpn.sim.estimates import OracleEstimates
@@ -106,12 +107,16 @@ def run_policy(
     cpu_threshold: float = DEFAULT_CPU_THRESHOLD,
     teams: Teams | None = None,
     forecast: bool = True,
+    watch: ReplayProgress | None = None,
 ) -> PolicyRun:
     """Replay `jobs` under the policy `settings` name on fresh simulated clusters; returns its figures,
     with the median error of its predicted starts and its solver's rounds (cpn.bench.recorder), and with
     `teams`, the policy ordering and limiting by them and the teams' figures (cpn.bench.teams).
     `forecast` False replays without the forward look (as plain replays run): the engine's own cost, and
-    predicted starts only where the policy's own plan gives them."""
+    predicted starts only where the policy's own plan gives them. `watch` is told of every round, and
+    asks how many jobs finished when it reports. The summary has the replay's wall and CPU seconds and,
+    in `stage_wall`, the wall seconds its rounds spent in each stage (RoundResult.stage_s): where a replay's
+    time goes."""
     recorder = RecordingPolicy(make_policy(settings))
     sim = build_simulation(
         clusters,
@@ -125,12 +130,25 @@ def run_policy(
         forecast=forecast,
     )
     forecaster = sim.scheduler.forecaster
-    started = time.perf_counter()
-    replay(sim.scheduler, sim.simulator, sim.clock, arrivals_from_jobs(jobs), migrator=sim.migrator)
-    wall = time.perf_counter() - started
+    stage_s: dict[str, float] = {}
+
+    def finished() -> int:
+        return sum(n for state, n in sim.store.counts().items() if state in FINISHED)
+
+    def on_round(result: RoundResult) -> None:
+        for stage, seconds in result.stage_s:
+            stage_s[stage] = stage_s.get(stage, 0.0) + seconds
+        if watch is not None:
+            watch.tick(finished)
+
+    started, cpu = time.perf_counter(), time.process_time()
+    replay(sim.scheduler, sim.simulator, sim.clock, arrivals_from_jobs(jobs), on_round, migrator=sim.migrator)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    if watch is not None:
+        watch.close()
     lines = tuple(timelines(sim.store))
     summary = summarize(lines, busy_of(sim.simulator.executions), sim.total_gpus, sim.migrator.total_s)
-    summary["sim_wall_s"] = wall
+    summary["sim_wall_s"], summary["sim_cpu_s"], summary["stage_wall"] = wall, cpu, stage_s
     if forecaster is not None:
         summary["forecast_s"], summary["forecast_looks"] = forecaster.spent_s, forecaster.looks
     summary.update(start_errors(recorder, lines).as_summary())
@@ -202,6 +220,7 @@ def bench_policies(
     overrides: dict[str, str] | None = None,
     teams_path: Path | str | None = None,
     forecast: bool = True,
+    watch_for: Callable[[str, int], ReplayProgress] | None = None,
 ) -> BenchResult:
     """Replay one trace under each policy; figures, lower bound and peer figures in one result.
 
@@ -210,7 +229,8 @@ def bench_policies(
     `limit` keeps only the first jobs by arrival (a cut of a long trace); `overrides` are `--set`
     pairs, each given to the listed policies that have such a setting (`cpu_threshold` to the
     scheduler, replacing `cpu_threshold`); `teams_path` a teams file (config.teams) the policies order and
-    limit by, and whose figures each run reports; `forecast` False replays without the forward look.
+    limit by, and whose figures each run reports; `forecast` False replays without the forward look;
+    `watch_for` (a policy's run name, the jobs replayed) gives what reports each replay's progress.
     """
     settings, cpu_threshold = policy_runs(policies, overrides or {})
     teams = teams_of(load_teams(teams_path)) if teams_path is not None else None
@@ -230,7 +250,9 @@ def bench_policies(
     progress(f"{len(jobs):,} jobs on {result.total_gpus} GPUs in {len(clusters.clusters)} clusters")
     for policy in settings:
         progress(f"replaying under {run_name(policy)} ...")
-        run = run_policy(policy, jobs, clusters, table, estimator_for(table), cpu_threshold, teams, forecast)
+        watch = None if watch_for is None else watch_for(run_name(policy), len(jobs))
+        estimator = estimator_for(table)
+        run = run_policy(policy, jobs, clusters, table, estimator, cpu_threshold, teams, forecast, watch)
         progress(
             f"  {run.name}: {run.summary['succeeded']} succeeded, {run.summary['unfinished']} unfinished, "
             f"in {run.summary['sim_wall_s']:.1f} s"

@@ -39,6 +39,9 @@ class RecordingPolicy:
     _runtime_sum: float = 0.0
     _runtime_jobs: int = 0
     _cards: dict[tuple[str, tuple[str, ...]], int] = field(default_factory=dict)
+    _prioritised: bool = False
+    """Whether any job seen so far had a priority: until one has, no queued job has, and the queue is
+    not scanned for one each round."""
 
     @property
     def name(self) -> str:
@@ -85,7 +88,8 @@ class RecordingPolicy:
             new.append((pos, job))
         if not new:
             return
-        prioritised = any(job.priority for job in snapshot.pending)
+        self._prioritised = self._prioritised or any(job.priority for _, job in new)
+        prioritised = self._prioritised and any(job.priority for job in snapshot.pending)
         for pos, job in reversed(new):
             runtimes = _runtimes(snapshot.estimates.get(job.job_id, {}))
             if runtimes:
