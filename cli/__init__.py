@@ -17,7 +17,7 @@ COMMANDS = {
     "serve": "cli.intake",
     "token": "cli.tokens",
     "predictor": "cli.predictor",
-    "bench": "cli.bench",
+    "bench": "cli.perf",
     "run": "cli.run",
     "generate": "cli.generate",
     "metrics": "cli.metrics",

@@ -268,7 +268,7 @@ def build_service(
 
     What an entrance adds to the scheduler is given here, never set on it afterwards: `ports` wraps its
     gateway and migrator (cpn.telemetry.PortCounts counts submissions and copies), `on_decision` sees each
-    round's final decision (a benchmark's recorder, cpn.bench.recorder), `forecast` says whether it looks
+    round's final decision (a benchmark's recorder, cpn.perf.recorder), `forecast` says whether it looks
     forward to predict starts (None: a live service does, a replay does not). A `read_only` service's
     scheduler may be shown `proposed` jobs the store does not hold, queued after the stored ones
     (cpn.dry_run.WithProposed: what `cpn plan FILE...` asks about). A read-only `:memory:` store is

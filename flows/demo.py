@@ -21,11 +21,11 @@ from config.benchmarks import BENCHMARKS_YAML
 from config.policies import run_name
 from config.runtime import runtime_settings, sqlite_uri
 from config.settings import DEMO_DIR
-from cpn.bench.report import format_summary
 from cpn.bootstrap import build_simulation, service_teams
 from cpn.engine.explore import RuntimeCheck, held_out_model, table_without
 from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
+from cpn.perf.report import format_summary
 from cpn.sim.estimates import OracleEstimates
 from cpn.sim.replay import arrivals_from_jobs, replay
 from flows.benchmarks import ingest_benchmarks

@@ -9,9 +9,9 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from config.runtime import hide_password, runtime_settings
-from cpn.bench.report import write_run_report
 from cpn.bootstrap import Service
 from cpn.engine.scheduler import EstimateSource
+from cpn.perf.report import write_run_report
 
 if TYPE_CHECKING:
     from models.registry import RunResult

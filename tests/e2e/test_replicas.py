@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cli.bench_replicas import REPLICA_OPTIONS, replica_command
-from cpn.bench.replicas import TAKEOVER_LIMIT_S, bench_replicas
+from cli.perf_replicas import REPLICA_OPTIONS, replica_command
+from cpn.perf.replicas import TAKEOVER_LIMIT_S, bench_replicas
 from tests.e2e.test_cpn_run import free_port, start
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.e2e]

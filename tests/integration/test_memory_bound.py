@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cpn.bench.memory import memory_profile
+from cpn.perf.memory import memory_profile
 
 pytestmark = pytest.mark.integration
 

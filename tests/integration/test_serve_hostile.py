@@ -17,7 +17,7 @@ import time
 import pytest
 
 from cpn.auth import create_token
-from cpn.bench.intake import free_port, job_manifest
+from cpn.perf.intake import free_port, job_manifest
 from cpn.store import JobStore
 
 pytestmark = pytest.mark.integration

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cpn.bench.gateway import bench_gateway
 from cpn.decisions import Placement
 from cpn.jobs import JobSpec
+from cpn.perf.gateway import bench_gateway
 from tests.kubernetes.conftest import gpu_labels, make_gateway, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]

@@ -10,9 +10,9 @@ import pytest
 
 from config.policies import DEFAULT_POLICY, DEFAULT_SETTINGS, policy_settings
 from config.settings import ClustersConfig
-from cpn.bench.policies import run_policy
 from cpn.formats.throughput import ThroughputTable
 from cpn.jobs import JobSpec
+from cpn.perf.policies import run_policy
 from cpn.sim.estimates import OracleEstimates
 
 H = 3600.0

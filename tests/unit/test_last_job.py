@@ -1,10 +1,10 @@
-"""The demo's check on the job that ended last (cpn.bench.last_job): it fails when a faster card the job
+"""The demo's check on the job that ended last (cpn.perf.last_job): it fails when a faster card the job
 fits stood free long enough to end it sooner, and passes when that card was busy or too small."""
 
 from __future__ import annotations
 
-from cpn.bench.last_job import idle_faster
 from cpn.decisions import Estimate
+from cpn.perf.last_job import idle_faster
 from cpn.sim.gateway import Execution
 from tests.unit.test_milp import job, node
 

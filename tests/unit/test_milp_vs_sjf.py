@@ -17,9 +17,9 @@ import random
 
 from config.policies import DEFAULT_SETTINGS, policy_settings
 from config.settings import ClustersConfig
-from cpn.bench.policies import run_policy
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.jobs import JobSpec
+from cpn.perf.policies import run_policy
 from cpn.sim.estimates import OracleEstimates
 
 TYPES = (

@@ -22,8 +22,8 @@ from config.policies import (
     policy_settings,
 )
 from config.settings import ConfigError, load_policy, load_profile
-from cpn.bench.policies import policy_runs
 from cpn.jobs import Cause, JobSpec, JobState
+from cpn.perf.policies import policy_runs
 from cpn.policies.preemption import PreemptingPolicy
 from cpn.policies.rebalance import RebalancingPolicy
 from tasks.config import load_settings

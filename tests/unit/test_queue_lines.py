@@ -10,12 +10,12 @@ import pytest
 
 from config.policies import policy_settings
 from config.settings import REPO_ROOT, ClustersConfig, load_model
-from cpn.bench.scale import bench_scale
 from cpn.decisions import Estimate, QueueLines, Snapshot, Team, Teams, shape_of
 from cpn.engine.queue_view import QueueView
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.inventory import Node, NodeState, Taint
 from cpn.jobs import JobSpec, JobState
+from cpn.perf.scale import bench_scale
 from cpn.policies import make_policy
 from cpn.policies.placement import Capacity, queue_lines
 from cpn.store import JobStore

@@ -1,4 +1,4 @@
-"""`cpn bench policies` reports each replay's progress (cpn.bench.progress): jobs finished out of the trace's,
+"""`cpn bench policies` reports each replay's progress (cpn.perf.progress): jobs finished out of the trace's,
 the time spent and the time left at that pace, in place on a terminal and a line every few seconds
 elsewhere. Time is a fake clock here: nothing depends on how fast the machine is."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from cpn.bench.policies import bench_policies
-from cpn.bench.progress import LOG_EVERY_S, TTY_EVERY_S, ReplayProgress, progress_line, seconds_left
-from tests.unit.test_policy_bench import EXAMPLE
+from cpn.perf.policies import bench_policies
+from cpn.perf.progress import LOG_EVERY_S, TTY_EVERY_S, ReplayProgress, progress_line, seconds_left
+from tests.unit.test_policy_perf import EXAMPLE
 
 
 def test_time_left_is_the_rest_at_the_pace_so_far():

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from cpn.bench.report import summarize, timelines
 from cpn.clock import SimClock
 from cpn.decisions import Decision, Estimate, Snapshot
 from cpn.engine.scheduler import Scheduler
 from cpn.formats.throughput import ThroughputRow, ThroughputTable
 from cpn.inventory import Node
 from cpn.jobs import JobSpec, JobState
+from cpn.perf.report import summarize, timelines
 from cpn.policies.base import Traits
 from cpn.policies.fifo import FifoPolicy
 from cpn.rules import EXCLUSIVE_REASON

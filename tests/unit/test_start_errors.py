@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from cpn.bench.recorder import RecordingPolicy, start_errors
-from cpn.bench.report import JobTimeline, copies_per_job
 from cpn.decisions import Decision, Estimate, Snapshot, Waiting
 from cpn.inventory import Node, NodeState
 from cpn.jobs import JobSpec, JobState
+from cpn.perf.recorder import RecordingPolicy, start_errors
+from cpn.perf.report import JobTimeline, copies_per_job
 from cpn.policies.base import Traits
 
 

@@ -9,11 +9,11 @@ import pytest
 
 from config.settings import ConfigError
 from config.teams import DEFAULT_TEAM, TeamsConfig, load_teams, quota_warnings
-from cpn.bench.report import JobTimeline
-from cpn.bench.teams import team_figures, water_fill, work_figures
 from cpn.decisions import NEVER, RunningJob, Team, Teams, never_starts
 from cpn.formats.trace_csv import TraceFormatError, load_trace_csv
 from cpn.jobs import JobState
+from cpn.perf.report import JobTimeline
+from cpn.perf.teams import team_figures, water_fill, work_figures
 from cpn.policies import make_policy
 from cpn.policies.teams import Ledger
 from cpn.sim.gateway import Execution, Stopped
@@ -221,7 +221,7 @@ def over_quota_detail() -> str:
 
 def test_the_shares_plot_draws_each_team_against_its_entitlement(tmp_path):
     """`cpn bench policies --teams F --plots D` writes teams_POLICY.png from the executions."""
-    from cpn.bench.plots import share_series, team_shares
+    from cpn.perf.plots import share_series, team_shares
 
     cfg = teams(Team("a"), Team("b"))
     runs = [

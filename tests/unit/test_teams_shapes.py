@@ -11,10 +11,10 @@ import pytest
 
 from config.policies import policy_settings
 from config.settings import ClustersConfig
-from cpn.bench.policies import run_policy
 from cpn.decisions import Team, Teams
 from cpn.formats.throughput import ThroughputTable
 from cpn.jobs import JobSpec
+from cpn.perf.policies import run_policy
 from cpn.sim.estimates import OracleEstimates
 
 H = 3600.0

@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from cpn.bench.report import JobTimeline
 from cpn.decisions import Teams
+from cpn.perf.report import JobTimeline
 from cpn.sim.gateway import Execution, Stopped
 
 Interval = tuple[float, float]

@@ -15,9 +15,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from cpn.bench.report import JobTimeline
 from cpn.decisions import Decision, Estimate, Snapshot, SolverRound
 from cpn.jobs import JobSpec
+from cpn.perf.report import JobTimeline
 from cpn.policies.base import Policy, Traits, looked_forward_with
 from cpn.rules import POOLS_FOR_KIND
 

@@ -1,6 +1,6 @@
 """Answer time of each web UI page with 10,000 jobs in the store (target: 300 ms each).
 
-Run: `.venv/bin/python scripts/bench_ui.py [--jobs N]`; prints the median of 5 requests per page.
+Run: `.venv/bin/python scripts/perf_ui.py [--jobs N]`; prints the median of 5 requests per page.
 """
 
 from __future__ import annotations

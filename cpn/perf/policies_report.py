@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from config.settings import ClustersConfig, load_model
-from cpn.bench.plots import busy_fraction, gantt, jct_cdf, team_shares, utilization_over_time
-from cpn.bench.policies import BenchResult, mean_jct_in_window
 from cpn.inventory import nodes_from_config
 from cpn.jobs import JobState
+from cpn.perf.plots import busy_fraction, gantt, jct_cdf, team_shares, utilization_over_time
+from cpn.perf.policies import BenchResult, mean_jct_in_window
 
 COLUMNS = (
     ("succeeded", "done", "{:,}"),

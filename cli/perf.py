@@ -141,10 +141,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--pods", type=int, default=10000, help="other users' pods (default: %(default)s)")
     g.add_argument("--jobs", type=int, default=1000, help="jobs submitted (default: %(default)s)")
     g.set_defaults(func=run_gateway)
-    from cli.bench_intake import register_bench as register_intake_bench
+    from cli.perf_intake import register_bench as register_intake_bench
 
     register_intake_bench(bench_sub)
-    from cli.bench_replicas import register_bench as register_replicas_bench
+    from cli.perf_replicas import register_bench as register_replicas_bench
 
     register_replicas_bench(bench_sub)
     from cli.predictor import register_bench
@@ -170,7 +170,7 @@ def _estimator_for(args: argparse.Namespace):
 
 def run_solver(args: argparse.Namespace) -> int:
     """Time the policy's rounds; exit 2 on bad input."""
-    from cpn.bench.solver import bench_solver
+    from cpn.perf.solver import bench_solver
 
     try:
         if args.jobs < 1 or args.gpus < 1 or args.rounds < 1:
@@ -198,7 +198,7 @@ def run_solver(args: argparse.Namespace) -> int:
 
 def run_scale(args: argparse.Namespace) -> int:
     """Replay generated queues of each size and print their times; exit 2 on bad input."""
-    from cpn.bench.scale import bench_scale
+    from cpn.perf.scale import bench_scale
 
     try:
         sizes = [int(n) for n in args.jobs.split(",") if n.strip()]
@@ -235,9 +235,9 @@ def run_scale(args: argparse.Namespace) -> int:
 
 def run_policies(args: argparse.Namespace) -> int:
     """Run the policy benchmark; exit 2 on bad input."""
-    from cpn.bench.policies import bench_policies
-    from cpn.bench.policies_report import format_table, to_json, write_plots
-    from cpn.bench.progress import ReplayProgress
+    from cpn.perf.policies import bench_policies
+    from cpn.perf.policies_report import format_table, to_json, write_plots
+    from cpn.perf.progress import ReplayProgress
 
     def to_stderr(text: str) -> None:
         sys.stderr.write(text)
@@ -278,7 +278,7 @@ def run_policies(args: argparse.Namespace) -> int:
 
 def run_gateway(args: argparse.Namespace) -> int:
     """Run `cpn bench gateway` and print its figures."""
-    from cpn.bench.gateway import bench_gateway
+    from cpn.perf.gateway import bench_gateway
 
     for name in ("nodes", "pods", "jobs"):
         if getattr(args, name) < (0 if name == "pods" else 1):

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cpn.bench.replicas import TAKEOVER_LIMIT_S, bench_replicas
+from cpn.perf.replicas import TAKEOVER_LIMIT_S, bench_replicas
 from cpn.store import StoreError
 
 REPLICA_OPTIONS = ("--time-scale", "3600", "--estimates", "oracle", "--interval", "1", "--no-auth")

@@ -3,7 +3,7 @@
 A replay's makespan is set by the job that ends last. If, while its last run went on, a node of a faster GPU
 type with room for it (its cards, its GPU memory) stood free long enough to finish the work it had left
 sooner than it did finish, the policy left the fast cards idle and lengthened the makespan: `cpn demo`
-prints this check beside the makespan and its lower bound (`cpn.bench.bound.lower_bound`).
+prints this check beside the makespan and its lower bound (`cpn.perf.bound.lower_bound`).
 
 What "long enough" means: the last run's work left when it began is taken as the fraction of its runtime
 on its own type that the run lasted; on the faster type that work takes the same fraction of the runtime

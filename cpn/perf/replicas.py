@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from config.settings import DEMO_DIR, load_profile
-from cpn.bench.intake import free_port
 from cpn.formats.throughput import GAVEL_ISOLATED, ThroughputTable
 from cpn.jobs import FINISHED, JobState
+from cpn.perf.intake import free_port
 from cpn.sim.generated import generate_manifests
 from cpn.sim.journal import StoreJournal
 from cpn.store import JobStore, StoreError

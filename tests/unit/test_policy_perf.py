@@ -8,8 +8,8 @@ import pytest
 
 from cli import main
 from config.settings import REPO_ROOT
-from cpn.bench.policies import bench_policies, peer_figures
-from cpn.bench.policies_report import format_table, to_json
+from cpn.perf.policies import bench_policies, peer_figures
+from cpn.perf.policies_report import format_table, to_json
 
 EXAMPLE = {
     "clusters_path": str(REPO_ROOT / "examples/clusters/two-sites.yaml"),

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from config.runtime import hide_password
-from cpn.bench.intake import IntakeBenchResult, bench_intake
+from cpn.perf.intake import IntakeBenchResult, bench_intake
 from cpn.store import StoreError
 
 

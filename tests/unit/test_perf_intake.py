@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections import Counter
 
-from cpn.bench.intake import _load
+from cpn.perf.intake import _load
 
 
 async def _two_replicas_under_load(bodies: list[bytes]) -> tuple[list[float], list[str], Counter, Counter]:

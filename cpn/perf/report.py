@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from cpn.bench.bound import lower_bound
-from cpn.bench.last_job import idle_faster
-from cpn.bench.plots import Execution, gantt
 from cpn.engine.scheduler import EstimateSource
 from cpn.inventory import Node
 from cpn.jobs import Cause, JobState
+from cpn.perf.bound import lower_bound
+from cpn.perf.last_job import idle_faster
+from cpn.perf.plots import Execution, gantt
 from cpn.sim.replay import STUCK_REASON
 from cpn.store import JobStore
 
@@ -208,9 +208,9 @@ def write_run_report(
 ) -> dict[str, float | int | None]:
     """Write `summary.json` (`summarize`'s figures and `copies_per_job`'s) and `gantt.png` to `out_dir`;
     return the summary. With `oracle` (the ground truth's runtimes) also the makespan's lower bound
-    (`makespan_lower_bound_s`, cpn.bench.bound.lower_bound) and the last job's check
+    (`makespan_lower_bound_s`, cpn.perf.bound.lower_bound) and the last job's check
     (`last_job_idle_faster`: None when no faster card it fits stood free long enough to end it sooner,
-    cpn.bench.last_job)."""
+    cpn.perf.last_job)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     total_gpus = sum(n.gpu_count for n in nodes)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from config.policies import PolicySettings
 from config.settings import ClustersConfig
-from cpn.bench.recorder import RecordingPolicy
 from cpn.bootstrap import build_simulation
 from cpn.formats.throughput import ThroughputTable
+from cpn.perf.recorder import RecordingPolicy
 from cpn.policies import make_policy
 from cpn.sim.estimates import OracleEstimates
 from cpn.sim.generated import generate_queue

@@ -24,11 +24,6 @@ from config.policies import (
 )
 from config.settings import DATA_DIR, ClustersConfig, load_model
 from config.teams import load_teams
-from cpn.bench.bound import LowerBound, lower_bound
-from cpn.bench.progress import ReplayProgress
-from cpn.bench.recorder import RecordingPolicy, solver_summary, start_errors
-from cpn.bench.report import JobTimeline, busy_of, copies_per_job, summarize, timelines
-from cpn.bench.teams import team_figures, work_figures
 from cpn.bootstrap import build_simulation
 from cpn.decisions import Teams
 from cpn.engine.scheduler import EstimateSource, RoundResult
@@ -37,6 +32,11 @@ from cpn.formats.throughput import ThroughputTable
 from cpn.formats.trace_csv import load_trace_csv
 from cpn.inventory import nodes_from_config
 from cpn.jobs import FINISHED, JobSpec, JobState
+from cpn.perf.bound import LowerBound, lower_bound
+from cpn.perf.progress import ReplayProgress
+from cpn.perf.recorder import RecordingPolicy, solver_summary, start_errors
+from cpn.perf.report import JobTimeline, busy_of, copies_per_job, summarize, timelines
+from cpn.perf.teams import team_figures, work_figures
 from cpn.policies import make_policy
 from cpn.policies.teams import teams_of
 from cpn.sim.estimates import OracleEstimates
@@ -110,8 +110,8 @@ def run_policy(
     watch: ReplayProgress | None = None,
 ) -> PolicyRun:
     """Replay `jobs` under the policy `settings` name on fresh simulated clusters; returns its figures,
-    with the median error of its predicted starts and its solver's rounds (cpn.bench.recorder), and with
-    `teams`, the policy ordering and limiting by them and the teams' figures (cpn.bench.teams).
+    with the median error of its predicted starts and its solver's rounds (cpn.perf.recorder), and with
+    `teams`, the policy ordering and limiting by them and the teams' figures (cpn.perf.teams).
     `forecast` False replays without the forward look (as plain replays run): the engine's own cost, and
     predicted starts only where the policy's own plan gives them. `watch` is told of every round, and
     asks how many jobs finished when it reports. The summary has the replay's wall and CPU seconds and,

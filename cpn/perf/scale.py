@@ -3,7 +3,7 @@
 Each size is a generated queue (cpn.sim.generated) arriving at one steady rate, `gap_s` seconds apart on
 average, so a larger size is the same load for longer: a scheduler whose round costs what can start,
 not what is queued, replays ten times the jobs in about ten times the time. Each replay runs through
-the production Scheduler (cpn.bench.policies.run_policy) with oracle estimates; wall and CPU time
+the production Scheduler (cpn.perf.policies.run_policy) with oracle estimates; wall and CPU time
 (`time.process_time`) are both reported, since a shared machine's wall time is not a quiet one's.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from config.policies import PolicySettings
 from config.settings import ClustersConfig
-from cpn.bench.policies import run_policy
 from cpn.formats.throughput import ThroughputTable
+from cpn.perf.policies import run_policy
 from cpn.sim.estimates import OracleEstimates
 from cpn.sim.generated import generate_queue
 
