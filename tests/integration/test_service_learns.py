@@ -102,27 +102,8 @@ def test_cpn_run_retrains_after_n_completions_and_estimates_with_the_new_champio
     )
     assert first.version == "1"
 
-    args = argparse.Namespace(
-        config=str(config),
-        throughputs=str(home / "throughputs.csv"),
-        store=None,
-        policy="greedy",
-        set=[],
-        estimates="champion",
-        time_scale=3600.0,
-        interval=None,
-    )
-    profile = load_profile(config)
-    service = build(args, profile)
+    service, loop = _serve(config, home)
     try:
-        service.start()
-        loop = LiveLoop(
-            service.scheduler,
-            1.0,
-            simulation=service.driver,
-            on_round=after_each_round(args, profile, service),
-            before_round=before_each_round(args, service),
-        )
         store = service.store
         store.submit([short(i) for i in range(4)])
         run_rounds(loop, lambda: store.counts()[JobState.SUCCEEDED] == 4)
@@ -176,27 +157,8 @@ def test_a_champion_promoted_elsewhere_serves_from_the_next_round(home):
     small = {"rf": {"n_estimators": 20}}
     optimistic = [replace(r, steps_per_sec=r.steps_per_sec * OPTIMISM) for r in truth]
     train_and_register(optimistic, catalog, estimators=["rf"], params=small, tracking_uri=uri, splits=())
-    args = argparse.Namespace(
-        config=str(config),
-        throughputs=str(home / "throughputs.csv"),
-        store=None,
-        policy="greedy",
-        set=[],
-        estimates="champion",
-        time_scale=3600.0,
-        interval=None,
-    )
-    profile = load_profile(config)
-    service = build(args, profile)
+    service, loop = _serve(config, home)
     try:
-        service.start()
-        loop = LiveLoop(
-            service.scheduler,
-            1.0,
-            simulation=service.driver,
-            on_round=after_each_round(args, profile, service),
-            before_round=before_each_round(args, service),
-        )
         store = service.store
         long = JobSpec(job_id="ns/long", model="ResNet-50", batch_size=32, num_gpus=2, total_steps=10**9)
         queued = JobSpec(job_id="ns/queued", model="ResNet-50", batch_size=64, total_steps=7_000)
@@ -220,3 +182,28 @@ def test_a_champion_promoted_elsewhere_serves_from_the_next_round(home):
         assert store.get("ns/queued").state == JobState.QUEUED, "still waiting behind the long job"
     finally:
         service.close()
+
+
+def _serve(config, home):
+    """`cpn run --config CONFIG --estimates champion --policy greedy`'s service, started, and its live loop
+    with the hooks `cpn run` gives it (retraining after rounds, the champion read before each)."""
+    args = argparse.Namespace(
+        config=str(config),
+        throughputs=str(home / "throughputs.csv"),
+        store=None,
+        policy="greedy",
+        set=[],
+        estimates="champion",
+        time_scale=3600.0,
+        interval=None,
+    )
+    profile = load_profile(config)
+    service = build(args, profile).started()
+    loop = LiveLoop(
+        service.scheduler,
+        1.0,
+        simulation=service.driver,
+        on_round=after_each_round(args, profile, service),
+        before_round=before_each_round(args, service),
+    )
+    return service, loop
