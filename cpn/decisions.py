@@ -8,7 +8,7 @@ A policy sees one frozen `Snapshot` (pending jobs, node states, estimates, now) 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
@@ -34,6 +34,25 @@ class Estimate:
     pending_benchmark: bool = False
     """The GPU type has no benchmark scores yet, so there is no runtime (`runtime_s` is inf) until its
     benchmark runs (cpn.benchmarking): the job runs elsewhere or waits (`pending-benchmark`)."""
+
+
+@dataclass(frozen=True, eq=False)
+class NoEstimates(Mapping[str, "Estimate"]):
+    """A job's estimates when its estimate source can estimate it on no GPU type: empty, as any job's
+    with no estimate, but carrying the source's `reason` (what is wrong with the job and how to fix it),
+    so the scheduler can tell its owner why the job is rejected instead of only logging it. Compares
+    equal to any empty mapping."""
+
+    reason: str
+
+    def __getitem__(self, gpu_type: str) -> Estimate:
+        raise KeyError(gpu_type)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
 
 
 def _frozen_empty() -> Mapping:

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from sklearn.linear_model import QuantileRegressor
 
-from cpn.decisions import Estimate
+from cpn.decisions import Estimate, NoEstimates
 from cpn.engine.feedback import CompletedRun
 from cpn.formats.throughput import ThroughputRow
 from cpn.jobs import JobSpec
@@ -191,30 +191,36 @@ class Predictor:
             out.setdefault(job.job_id, {})[gpu] = est
         return out
 
-    def estimates(self, jobs: Sequence[JobSpec], gpu_types: Sequence[str]) -> dict[str, dict[str, Estimate]]:
+    def estimates(
+        self, jobs: Sequence[JobSpec], gpu_types: Sequence[str]
+    ) -> dict[str, Mapping[str, Estimate]]:
         """The scheduler's EstimateSource interface (cpn.engine.scheduler): estimate_many, leaving out what
         cannot be estimated, as the oracle does, so that one such job or card does not fail the round: GPU
         types the benchmarks do not score, and jobs whose steps or configuration cannot be told (an
-        inference service without steps); each logged. Policies place those jobs without a runtime or
-        say why they wait. A GPU type the benchmarks do not score yet gets `_unscored`'s estimates."""
+        inference service without steps); each logged. Such a job's row is a `NoEstimates` carrying
+        why, which the scheduler adds to the job's rejection. Policies place those jobs without a runtime
+        or say why they wait. A GPU type the benchmarks do not score yet gets `_unscored`'s estimates."""
         known = [g for g in gpu_types if self.catalog.find(g) is not None]
         unscored = [g for g in gpu_types if g not in known]
         if new := sorted(set(unscored) - _UNSCORED_LOGGED):
             _UNSCORED_LOGGED.update(new)
             log.warning("no runtime estimates on GPU types the benchmarks do not score: %s", ", ".join(new))
+        out: dict[str, Mapping[str, Estimate]] = {}
         try:
-            out = self.estimate_many(jobs, known)
+            out.update(self.estimate_many(jobs, known))
         except PredictorInputError:
-            out = {}
             for job in jobs:
                 try:
                     out.update(self.estimate_many([job], known))
                 except PredictorInputError as exc:
                     log.warning("no estimate for job %s: %s", job.job_id, exc)
-                    out[job.job_id] = {}
+                    out[job.job_id] = NoEstimates(str(exc))
         if unscored:
             for job in jobs:
-                out.setdefault(job.job_id, {}).update(self._unscored(job, out.get(job.job_id, {}), unscored))
+                row = out.get(job.job_id, {})
+                more = self._unscored(job, dict(row), unscored)
+                if more or not isinstance(row, NoEstimates):
+                    out[job.job_id] = {**row, **more}
         return out
 
     def _unscored(

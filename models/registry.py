@@ -26,7 +26,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version as package_version
@@ -551,7 +551,9 @@ class ChampionLoader:
         """Seconds between two looks at the alias when serving `estimates`."""
         self._checked = -math.inf
 
-    def estimates(self, jobs: Sequence[JobSpec], gpu_types: Sequence[str]) -> dict[str, dict[str, Estimate]]:
+    def estimates(
+        self, jobs: Sequence[JobSpec], gpu_types: Sequence[str]
+    ) -> dict[str, Mapping[str, Estimate]]:
         """The scheduler's EstimateSource (cpn.engine.scheduler): the champion's estimates, following the
         alias (looked up at most every `refresh_s` seconds; the last good model while MLflow fails)."""
         now = time.monotonic()

@@ -57,7 +57,9 @@ from cpn.decisions import (
     RESTART_S,
     Decision,
     Estimate,
+    NoEstimates,
     Placement,
+    Rejection,
     RunningJob,
     Snapshot,
     SolverRound,
@@ -70,6 +72,7 @@ from cpn.engine.queue_view import QueueView, seen_spec
 from cpn.inventory import Node, NodeState
 from cpn.jobs import ON_CLUSTER, Cause, IllegalTransition, JobSpec, JobState
 from cpn.policies.base import Policy, looked_forward_with
+from cpn.policies.placement import NO_ESTIMATE
 from cpn.rules import EXCLUSIVE_REASON, is_sharing
 from cpn.store import Copy, JobStore, LeaseLost, UnknownJob
 from cpn.store.facts import CopyStarted, SavedProgress
@@ -121,7 +124,8 @@ class EstimateSource(Protocol):
     def estimates(
         self, jobs: tuple[JobSpec, ...], gpu_types: tuple[str, ...]
     ) -> Mapping[str, Mapping[str, Estimate]]:
-        """job_id -> GPU type -> estimate for every pending job on every GPU type."""
+        """job_id -> GPU type -> estimate for every pending job on every GPU type; a job the source can
+        estimate on no GPU type may map to a `NoEstimates` saying why (its rejection then says so)."""
         ...
 
 
@@ -817,7 +821,7 @@ class Scheduler:
             self._waiting_written.pop(job_id, None)
         # A job cancelled since the snapshot (cpn.store.JobStore.cancel) is neither rejected nor placed.
         for rejection in decision.rejections:
-            self._move(rejection.job_id, JobState.SCHEDULE_FAILED, reason=rejection.reason)
+            self._move(rejection.job_id, JobState.SCHEDULE_FAILED, reason=self._rejection_reason(rejection))
         to_migrate, to_submit = [], []
         for placement in decision.placements:
             if not self._move(
@@ -864,6 +868,15 @@ class Scheduler:
             )
             self._running.pop(p.job_id, None)
         return stopped
+
+    def _rejection_reason(self, rejection: Rejection) -> str:
+        """The policy's reason; for a job rejected for want of estimates that its source could not make,
+        NO_ESTIMATE followed by the source's why (so the owner learns what to fix, and rejections still
+        count by the NO_ESTIMATE prefix)."""
+        row = self._estimates.get(rejection.job_id)
+        if rejection.reason == NO_ESTIMATE and isinstance(row, NoEstimates):
+            return f"{NO_ESTIMATE}: {row.reason}"
+        return rejection.reason
 
     def _left_at_checkpoint(self, job_id: str) -> float | None:
         """The fraction of a job's work its run, stopped now, leaves at its last checkpoint, which its next

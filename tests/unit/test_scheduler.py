@@ -252,3 +252,32 @@ def test_finished_runs_report_measured_memory_which_feeds_the_predictor():
     assert memory["b"] > memory["a"], "a data-parallel gang keeps gradient buckets and NCCL buffers"
     samples = [memory_sample(r) for r in completed_runs(store, [NODE_A])]
     assert sorted(s.gpu_mem_gb for s in samples) == sorted(memory.values())
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    """A small predictor of the synthetic world (tests/unit/test_predictor_support.py): A3C runs at a
+    fixed batch there; uncalibrated and few trees, to stay fast."""
+    from models.predictor import fit_predictor
+    from tests.unit.test_predictor_support import catalog, rows
+
+    return fit_predictor(rows(), catalog(), "rf", calibrate=False, n_estimators=10)
+
+
+@pytest.mark.parametrize("name", ["greedy", "sjf", "milp"])
+def test_a_job_the_predictor_cannot_estimate_is_rejected_saying_why_and_what_to_do(predictor, name):
+    from cpn.policies import make_policy
+    from cpn.policies.placement import NO_ESTIMATE
+
+    clock = SimClock()
+    store = JobStore(":memory:", clock=clock)
+    gateway = SimulatedGateway([NODE_A], GroundTruth(TABLE), clock)
+    scheduler = Scheduler(store, gateway, make_policy(name), clock, estimator=predictor)
+    fixed = JobSpec(job_id="fixed", model="A3C", batch_size=64, total_steps=100)
+    store.submit([fixed, JobSpec(job_id="fine", model="ResNet-50", batch_size=32, total_steps=100)])
+    result = scheduler.round()
+    assert (result.placed, result.rejected) == (1, 1)
+    assert store.get("fine").state == JobState.SUBMITTED
+    last = store.history("fixed")[-1]
+    assert last.to_state == JobState.SCHEDULE_FAILED
+    assert last.reason == f"{NO_ESTIMATE}: model 'a3c' runs at a fixed batch; give no batch size, not 64"
