@@ -32,13 +32,16 @@ def replay(tmp_path: Path, seed: str) -> dict:
     env = {**os.environ, "PYTHONHASHSEED": seed}
     subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     figures = json.loads(out.read_text())["policies"]["greedy(preemption=True)"]
-    # Wall times differ, and so do the predicted starts of a replay without the forward look: they come only
-    # from the waits a policy explains (greedy's wait for a faster type), and a replay explains at most every
-    # REPLAY_EXPLAIN_EVERY_S of wall time (cpn.bootstrap), so which rounds give them depends on the machine.
+    # Wall and CPU times differ (the totals and the round stages' `stage_wall`), and so do the predicted
+    # starts of a replay without the forward look: they come only from the waits a policy explains (greedy's
+    # wait for a faster type), and a replay explains at most every REPLAY_EXPLAIN_EVERY_S of wall time
+    # (cpn.bootstrap), so which rounds give them depends on the machine.
     return {
         k: v
         for k, v in figures.items()
-        if not k.endswith("wall_s") and k != "forecast_s" and not k.startswith("predicted_start")
+        if not k.endswith(("wall_s", "cpu_s"))
+        and k not in ("forecast_s", "stage_wall")
+        and not k.startswith("predicted_start")
     }
 
 
