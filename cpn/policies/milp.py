@@ -30,7 +30,7 @@ from config.policies import GreedySettings, MilpSettings
 from cpn.decisions import Decision, Placement, Rejection, Snapshot, SolverRound, Waiting, shape_of
 from cpn.jobs import JobSpec
 from cpn.policies.base import Traits, by_priority
-from cpn.policies.greedy import FasterLater, GreedyPolicy, service_option
+from cpn.policies.greedy import GreedyPolicy, service_option
 from cpn.policies.placement import NO_ESTIMATE, Capacity, Group, awaits_benchmark, usable_runtimes
 from cpn.policies.plan import GroupKey, Projection, Releases, releases
 from cpn.policies.sjf import SjfPolicy
@@ -723,18 +723,12 @@ class MilpPolicy:
                 hold.extra -= hold.cards_on(option.placement)
             placements.append(self._start(now, capacity, job, option, {option.group.key: duration}, ends))
 
-        # A job the plan starts now on a type slower than one whose cards the running jobs free soon
-        # enough to end it sooner waits for those (greedy's rule): the later buckets are fluid, so the
-        # plan may count those cards for other jobs that cannot all use them at once (issue #30).
-        faster = FasterLater(snapshot, capacity, True)
         for i in sorted(
             (i for i, c in plan.items() if c is not None and c[1] == 0),
             key=lambda i: (-window[i].spec.priority, window[i].shortest),
         ):
             job = window[i]
             group, duration = job.options[plan[i][0]]
-            if faster.waits(job.spec, job.runtimes, now + duration):
-                continue
             option = next(
                 (o for o in capacity.fit(job.spec, {group.gpu_type}).options if o.group is group), None
             )
@@ -763,11 +757,6 @@ class MilpPolicy:
             key=lambda j: (planned[id(j)][1], index[id(j)]),
         )
         for job in waiting_plan:
-            if job.spec.job_id in faster.starts:  # it waits for a faster type than the plan's
-                best = projection.best(((g.key, d) for g, d in job.options), job.cards, now)
-                if best is not None:
-                    project(job, *best)
-                continue
             group, duration = job.options[planned[id(job)][0]]
             when = projection.earliest(group.key, job.cards, now)
             if when < math.inf:
@@ -822,9 +811,6 @@ class MilpPolicy:
                 continue
             if not capacity.snapshot.explain:
                 waiting.append(Waiting(job_id, "queue-order", "", predicted.get(job_id)))
-                continue
-            if job_id in faster.starts:
-                waiting.append(replace(faster.waiting(job.spec), predicted_start=predicted.get(job_id)))
                 continue
             waiting.append(
                 explainer.explain(

@@ -159,19 +159,3 @@ def test_a_round_where_nothing_can_start_solves_nothing_and_still_predicts_every
     decision = forecaster.apply(later, forecaster.policy.decide(later))
     assert decision.solver is None and not decision.placements  # both cards busy: no model is built
     assert [(w.job_id, w.predicted_start) for w in decision.waiting] == [(waits.job_id, H), ("c", H)]
-
-
-def test_a_long_wide_job_waits_for_fast_cards_that_free_just_after_a_bucket_begins():
-    # 8 K80s free now (the job takes 14,000 s there) and 8 V100s that free at 7,100 s (6,000 s there):
-    # waiting ends it at 13,100 s. The plan's buckets (0, 6,000, 18,000, ...) begin before the V100s free,
-    # so it counts them from the middle of the bucket after and starts the K80s now; the job must wait, as
-    # greedy's rule says, predicted to start when the V100s free (issue #30).
-    k8, v8 = node("k8", "k80", 8), node("v8", "v100", 8)
-    runtimes = {"wide": {"k80": 14_000.0, "v100": 6_000.0}, "r": {"v100": 7_100.0}}
-    now = snap(
-        0.0, [job("wide", 8)], [NodeState(k8, 8), running(v8, "r")], runtimes, {"r": (7_100.0, v8.key, 8)}
-    )
-    decision = make_policy("milp", time_slicing=False, preemption=False, rebalance=False).decide(now)
-    assert decision.placements == ()
-    (waiting,) = decision.waiting
-    assert waiting.predicted_start == pytest.approx(7_100.0) and "faster GPU type" in waiting.detail
